@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! dflop's one error story: every failure is a `dflop::error`; bad user input is an
+//! `input_error` that says what was wrong, where (source and line) and why.
+#pragma once
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace dflop {
+
+//! Base of every exception dflop throws.
+class error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+//! Bad input from a user: a file, a flag or an argument. `what()` reads
+//! "SOURCE:LINE: REASON" (or "SOURCE: REASON" when no line applies).
+class input_error : public error {
+public:
+  //! \param source a file name or the name of the argument/flag
+  //! \param line 1-based line number, or 0 when it does not apply
+  //! \param reason what is wrong, in words
+  input_error(std::string source, std::size_t line, std::string reason)
+      : error(format(source, line, reason)), source_(std::move(source)), line_(line), reason_(std::move(reason)) {}
+
+  //! The file or argument that was wrong.
+  [[nodiscard]] const std::string& source() const noexcept { return source_; }
+  //! 1-based line number; 0 when none applies.
+  [[nodiscard]] std::size_t line() const noexcept { return line_; }
+  //! Why the input was rejected.
+  [[nodiscard]] const std::string& reason() const noexcept { return reason_; }
+
+private:
+  static std::string format(const std::string& source, std::size_t line, const std::string& reason) {
+    std::string text = source;
+    if (line > 0) text += ":" + std::to_string(line);
+    return text + ": " + reason;
+  }
+  std::string source_;
+  std::size_t line_;
+  std::string reason_;
+};
+
+//! A request no plan, packing or schedule can satisfy (e.g. memory, bin caps).
+class infeasible_error : public error {
+public:
+  using error::error;
+};
+
+}  // namespace dflop
