@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! The cost-model concept: how long one microbatch takes in one module, per
+//! layer and for the module's extra parts, so a planner can price any
+//! contiguous range of layers on a pipeline stage.
+#pragma once
+
+#include <dflop/cost/stage_slice.hpp>
+#include <dflop/model/module_kind.hpp>
+#include <dflop/workload/sample.hpp>
+
+#include <concepts>
+#include <ostream>
+#include <span>
+
+namespace dflop {
+
+//! Forward and backward time of one piece of work on one GPU, seconds.
+struct pass_time {
+  double forward = 0;   //!< forward pass, seconds
+  double backward = 0;  //!< backward pass (including any recomputation), seconds
+
+  //! forward + backward.
+  [[nodiscard]] constexpr double total() const noexcept { return forward + backward; }
+
+  friend constexpr pass_time operator+(pass_time a, pass_time b) noexcept {
+    return {a.forward + b.forward, a.backward + b.backward};
+  }
+  friend constexpr pass_time operator*(double k, pass_time a) noexcept { return {k * a.forward, k * a.backward}; }
+  friend bool operator==(const pass_time&, const pass_time&) = default;
+};
+
+inline std::ostream& operator<<(std::ostream& out, const pass_time& time) {
+  return out << "pass_time{forward=" << time.forward << ", backward=" << time.backward << "}";
+}
+
+//! What one microbatch costs in one module on one GPU of its TP group.
+struct module_cost {
+  pass_time layer;      //!< one transformer layer (all layers alike)
+  pass_time embedding;  //!< patch embedding (encoder) / token embedding (LLM); first stage only
+  pass_time head;       //!< projector (encoder) / final norm + LM head + loss (LLM); last stage only
+
+  //! The time of a stage holding `slice`: layers x layer, plus embedding and head where held.
+  [[nodiscard]] constexpr pass_time stage(const stage_slice& slice) const noexcept {
+    pass_time time = static_cast<double>(slice.layers) * layer;
+    if (slice.embedding) time = time + embedding;
+    if (slice.head) time = time + head;
+    return time;
+  }
+
+  //! The whole module on one stage (`layers` layers, embedding and head).
+  [[nodiscard]] constexpr pass_time whole(std::int64_t layers) const noexcept {
+    return stage(stage_slice{layers, true, true});
+  }
+
+  friend bool operator==(const module_cost&, const module_cost&) = default;
+};
+
+inline std::ostream& operator<<(std::ostream& out, const module_cost& cost) {
+  return out << "module_cost{layer=" << cost.layer << ", embedding=" << cost.embedding << ", head=" << cost.head
+             << "}";
+}
+
+//! A cost model prices one microbatch (its samples, packed: variable-length
+//! attention, no padding) in one module at TP degree `tp` (times are per GPU
+//! of the TP group, TP communication included). Satisfied by
+//! `flops_cost_model`, `table_cost_model` and `fitted_cost_model`.
+//!
+//!     module_cost estimate_time(module_kind kind, int tp, std::span<const sample> microbatch) const;
+//!
+//! An empty microbatch (or, for the encoder, one of text samples only) costs 0.
+template <class Model>
+concept cost_model = requires(const Model& model, module_kind kind, int tp, std::span<const sample> microbatch) {
+  { model.estimate_time(kind, tp, microbatch) } -> std::same_as<module_cost>;
+};
+
+}  // namespace dflop

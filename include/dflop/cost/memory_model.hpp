@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! The memory-model concept: bytes one GPU of a pipeline stage needs, split into
+//! parameters, gradients, optimizer states and activations.
+#pragma once
+
+#include <dflop/cost/stage_slice.hpp>
+#include <dflop/model/module_kind.hpp>
+#include <dflop/workload/sample.hpp>
+
+#include <concepts>
+#include <cstdint>
+#include <ostream>
+#include <span>
+
+namespace dflop {
+
+//! Bytes on one GPU, by what holds them.
+struct memory_breakdown {
+  std::int64_t parameters = 0;        //!< model weights (bf16 by default)
+  std::int64_t gradients = 0;         //!< weight gradients (fp32 accumulation by default)
+  std::int64_t optimizer_states = 0;  //!< fp32 master weights + Adam moments by default
+  std::int64_t activations = 0;       //!< stored for backward, all microbatches in flight
+
+  //! Everything together.
+  [[nodiscard]] constexpr std::int64_t total() const noexcept {
+    return parameters + gradients + optimizer_states + activations;
+  }
+
+  friend bool operator==(const memory_breakdown&, const memory_breakdown&) = default;
+};
+
+inline std::ostream& operator<<(std::ostream& out, const memory_breakdown& memory) {
+  return out << "memory_breakdown{parameters=" << memory.parameters << ", gradients=" << memory.gradients
+             << ", optimizer_states=" << memory.optimizer_states << ", activations=" << memory.activations
+             << ", total=" << memory.total() << "}";
+}
+
+//! A memory model says what one GPU of a stage needs when the stage holds
+//! `slice` of module `kind` at TP degree `tp` and keeps `in_flight` microbatches
+//! like `microbatch` alive (1F1B: stage s of S holds up to S - s). Satisfied by
+//! `analytic_memory_model`.
+//!
+//!     memory_breakdown estimate_memory(module_kind kind, int tp, stage_slice slice, int in_flight,
+//!                                      std::span<const sample> microbatch) const;
+template <class Model>
+concept memory_model = requires(const Model& model, module_kind kind, int tp, stage_slice slice, int in_flight,
+                                std::span<const sample> microbatch) {
+  { model.estimate_memory(kind, tp, slice, in_flight, microbatch) } -> std::same_as<memory_breakdown>;
+};
+
+}  // namespace dflop
