@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! One training iteration of a multimodal model as one dependency graph across
+//! replicas: encoder stages then LLM stages in one logical pipeline, each module
+//! with its own data-parallel degree. LLM replica r's microbatch k waits for the
+//! encoder replicas that hold its samples of slot k; their backward of slot k waits
+//! for the LLM gradients of all those samples; a ring all-reduce per module and
+//! stage closes the iteration. Linear in the number of ops; reuses its buffers.
+#pragma once
+
+#include <dflop/schedule/activations.hpp>
+#include <dflop/schedule/op.hpp>
+#include <dflop/schedule/validate.hpp>
+#include <dflop/sim/costs.hpp>
+#include <dflop/sim/detail/op_graph.hpp>
+#include <dflop/sim/pipeline_simulator.hpp>
+#include <dflop/sim/result.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace dflop {
+
+//! Costs of one module (encoder or LLM) over all its data-parallel replicas.
+//! Tables are indexed [(replica * m + microbatch) * stages + stage], `stage` local to
+//! the module. `weight` and `transfer` may be empty (zeros).
+struct module_costs {
+  std::uint32_t stages = 0;            //!< pipeline stages of this module (0: no such module)
+  std::uint32_t replicas = 1;          //!< data-parallel degree
+  std::vector<double> forward;         //!< F times
+  std::vector<double> backward;        //!< B times (whole backward when the schedule does not split)
+  std::vector<double> weight;          //!< W times (added to B when the schedule does not split)
+  std::vector<double> transfer;        //!< time to pass stage s's output to stage s+1 of the same replica
+  std::vector<double> gradient_bytes;  //!< per stage: gradient bytes all-reduced over the replicas (empty: none)
+  link gradient_link;                  //!< link the all-reduce runs over
+
+  //! Index of (replica, microbatch, stage) for `microbatches` microbatches.
+  [[nodiscard]] std::size_t at(std::uint32_t replica, std::uint32_t microbatch, std::uint32_t stage,
+                               std::uint32_t microbatches) const noexcept {
+    return (static_cast<std::size_t>(replica) * microbatches + microbatch) * stages + stage;
+  }
+
+  friend bool operator==(const module_costs&, const module_costs&) = default;
+};
+
+//! Whether an encoder replica's output for a slot feeds an LLM replica, and how
+//! long the activation (and, backwards, its gradient) takes to move.
+struct handoff {
+  bool feeds = false;  //!< the encoder replica holds samples of this LLM replica's microbatch
+  double seconds = 0;  //!< transfer time of those samples' activations (and gradients)
+
+  friend bool operator==(const handoff&, const handoff&) = default;
+};
+
+//! Everything the multimodal simulator needs for one global batch: m slots,
+//! per-module costs, and the encoder-to-LLM hand-off pattern
+//! `handoffs[(encoder_replica * m + slot) * llm.replicas + llm_replica]`
+//! (may be empty when there is no encoder).
+struct multimodal_costs {
+  std::uint32_t microbatches = 0;  //!< m: microbatches per LLM replica = encoder slots
+  module_costs encoder;            //!< the modality encoder (stages first in the pipeline)
+  module_costs llm;                //!< the LLM
+  std::vector<handoff> handoffs;   //!< encoder replica x slot x LLM replica
+
+  //! Index into `handoffs`.
+  [[nodiscard]] std::size_t handoff_at(std::uint32_t encoder_replica, std::uint32_t slot,
+                                       std::uint32_t llm_replica) const noexcept {
+    return (static_cast<std::size_t>(encoder_replica) * microbatches + slot) * llm.replicas + llm_replica;
+  }
+  //! Pipeline positions: encoder stages + LLM stages.
+  [[nodiscard]] std::uint32_t positions() const noexcept { return encoder.stages + llm.stages; }
+  //! Ranks (timeline tracks): encoder stages x replicas + LLM stages x replicas.
+  [[nodiscard]] std::uint32_t ranks() const noexcept {
+    return encoder.stages * encoder.replicas + llm.stages * llm.replicas;
+  }
+  //! Rank of encoder stage `stage`, replica `replica`.
+  [[nodiscard]] std::uint32_t encoder_rank(std::uint32_t stage, std::uint32_t replica) const noexcept {
+    return stage * encoder.replicas + replica;
+  }
+  //! Rank of LLM stage `stage`, replica `replica`.
+  [[nodiscard]] std::uint32_t llm_rank(std::uint32_t stage, std::uint32_t replica) const noexcept {
+    return encoder.stages * encoder.replicas + stage * llm.replicas + replica;
+  }
+  //! Readable rank name: "encoder s0 r1", "llm s2 r3".
+  [[nodiscard]] std::string rank_name(std::uint32_t rank) const {
+    const bool in_encoder = rank < encoder.stages * encoder.replicas;
+    const std::uint32_t local = in_encoder ? rank : rank - encoder.stages * encoder.replicas;
+    const std::uint32_t replicas = in_encoder ? encoder.replicas : llm.replicas;
+    std::string text(in_encoder ? "encoder s" : "llm s");
+    text.append(std::to_string(local / replicas)).append(" r").append(std::to_string(local % replicas));
+    return text;
+  }
+
+  //! Throws `dflop::error` when a table has the wrong size or a negative entry.
+  void check() const {
+    const auto check_module = [&](const module_costs& module, const char* which) {
+      const std::size_t n = static_cast<std::size_t>(module.replicas) * microbatches * module.stages;
+      const auto table = [&](const std::vector<double>& values, const char* what, bool optional, std::size_t size) {
+        if (values.size() != size && !(optional && values.empty()))
+          throw error(std::string("multimodal_costs: ") + which + "." + what + " has " + std::to_string(values.size()) +
+                      " entries, expected " + std::to_string(size));
+        for (double value : values)
+          if (!(value >= 0)) throw error(std::string("multimodal_costs: ") + which + "." + what + " has a negative or NaN entry");
+      };
+      if (module.stages > 0 && module.replicas == 0)
+        throw error(std::string("multimodal_costs: ") + which + " has stages but no replicas");
+      table(module.forward, "forward", false, n);
+      table(module.backward, "backward", false, n);
+      table(module.weight, "weight", true, n);
+      table(module.transfer, "transfer", true, n);
+      table(module.gradient_bytes, "gradient_bytes", true, module.stages);
+    };
+    if (llm.stages == 0) throw error("multimodal_costs: the LLM needs at least one stage");
+    check_module(encoder, "encoder");
+    check_module(llm, "llm");
+    const std::size_t links = static_cast<std::size_t>(encoder.replicas) * microbatches * llm.replicas;
+    if (encoder.stages > 0 && handoffs.size() != links)
+      throw error("multimodal_costs: handoffs has " + std::to_string(handoffs.size()) + " entries, expected " +
+                  std::to_string(links));
+    for (const auto& link : handoffs)
+      if (!(link.seconds >= 0)) throw error("multimodal_costs: a handoff has a negative or NaN time");
+  }
+
+  friend bool operator==(const multimodal_costs&, const multimodal_costs&) = default;
+};
+
+//! Simulates multimodal iterations. Keep one per thread; after the first call of
+//! a given size it allocates nothing.
+class multimodal_simulator {
+public:
+  //! Simulates one iteration. `schedule` is a one-chunk schedule over
+  //! `costs.positions()` stages (encoder stages first) and `costs.microbatches`
+  //! microbatches; every replica of position p runs `schedule.rank_ops[p]`.
+  //! `order`, when given, maps schedule position j to the slot whose costs and
+  //! hand-offs it uses. Result ranks follow `multimodal_costs::encoder_rank` /
+  //! `llm_rank`; `gradient_sync` holds each rank's all-reduce. Throws
+  //! `schedule_error` (bad or deadlocking schedule) or `dflop::error` (bad costs).
+  void simulate(const pipeline_schedule& schedule, const multimodal_costs& costs, simulation_result& result,
+                std::span<const std::uint32_t> order = {}) {
+    check_shapes(schedule, costs, order);
+    const std::uint32_t m = costs.microbatches;
+    const std::uint32_t positions = costs.positions();
+    const std::uint32_t encoder_stages = costs.encoder.stages;
+    constexpr auto none = std::numeric_limits<std::uint32_t>::max();
+
+    index_in_rank_.assign(3 * static_cast<std::size_t>(m) * positions, none);
+    for (std::uint32_t p = 0; p < positions; ++p)
+      for (std::size_t i = 0; i < schedule.rank_ops[p].size(); ++i) {
+        auto& slot = index_in_rank_[detail::op_slot(schedule, schedule.rank_ops[p][i])];
+        if (slot != none) validate(schedule);
+        slot = static_cast<std::uint32_t>(i);
+      }
+    sizes_.clear();
+    for (std::uint32_t p = 0; p < positions; ++p) {
+      const std::uint32_t replicas = p < encoder_stages ? costs.encoder.replicas : costs.llm.replicas;
+      for (std::uint32_t q = 0; q < replicas; ++q) sizes_.push_back(schedule.rank_ops[p].size());
+    }
+    graph_.reset(sizes_);
+
+    const auto rank_of = [&](std::uint32_t position, std::uint32_t replica) {
+      return position < encoder_stages ? costs.encoder_rank(position, replica)
+                                       : costs.llm_rank(position - encoder_stages, replica);
+    };
+    const auto node_of = [&](const pipeline_op& op, std::uint32_t replica) {
+      return graph_.rank_begin[rank_of(op.stage, replica)] + index_in_rank_[detail::op_slot(schedule, op)];
+    };
+
+    std::uint32_t id = 0;
+    for (std::uint32_t p = 0; p < positions; ++p) {
+      const bool in_encoder = p < encoder_stages;
+      const module_costs& module = in_encoder ? costs.encoder : costs.llm;
+      const std::uint32_t local = in_encoder ? p : p - encoder_stages;
+      for (std::uint32_t q = 0; q < module.replicas; ++q)
+        for (const auto& op : schedule.rank_ops[p]) {
+          const std::uint32_t k = order.empty() ? op.microbatch : order[op.microbatch];
+          const std::size_t at = module.at(q, k, local, m);
+          const bool with_weight = !module.weight.empty();
+          switch (op.kind) {
+            case op_kind::forward: graph_.duration[id] = module.forward[at]; break;
+            case op_kind::backward:
+              graph_.duration[id] = module.backward[at] + (with_weight && !schedule.split_backward ? module.weight[at] : 0.0);
+              break;
+            case op_kind::weight: graph_.duration[id] = with_weight ? module.weight[at] : 0.0; break;
+          }
+          for (const auto& need : dependencies(schedule, op)) {
+            if (index_in_rank_[detail::op_slot(schedule, need)] == none) validate(schedule);
+            const bool need_in_encoder = need.stage < encoder_stages;
+            if (need_in_encoder == in_encoder) {  // same module: same replica
+              double delay = 0;
+              if (need.stage != op.stage && !module.transfer.empty())
+                delay = module.transfer[module.at(q, k, std::min(need.stage, op.stage) - (in_encoder ? 0 : encoder_stages), m)];
+              graph_.add_predecessor(node_of(need, q), delay);
+            } else if (!in_encoder) {  // LLM first stage waits for the encoder replicas holding its samples
+              for (std::uint32_t e = 0; e < costs.encoder.replicas; ++e)
+                if (const auto& link = costs.handoffs[costs.handoff_at(e, k, q)]; link.feeds)
+                  graph_.add_predecessor(node_of(need, e), link.seconds);
+            } else {  // encoder last stage's backward waits for every LLM replica it fed
+              for (std::uint32_t r = 0; r < costs.llm.replicas; ++r)
+                if (const auto& link = costs.handoffs[costs.handoff_at(q, k, r)]; link.feeds)
+                  graph_.add_predecessor(node_of(need, r), link.seconds);
+            }
+          }
+          graph_.finish_op();
+          ++id;
+        }
+    }
+
+    if (graph_.run() != graph_.ops()) {
+      detail::throw_deadlock(graph_, "multimodal schedule '" + schedule.name + "'", [&](std::size_t r, std::size_t i) {
+        const std::uint32_t position = position_of(costs, static_cast<std::uint32_t>(r));
+        const auto& op = schedule.rank_ops[position][i];
+        return costs.rank_name(static_cast<std::uint32_t>(r)) + " " + to_string(op);
+      });
+    }
+    detail::summarize(graph_, result);
+
+    // Per-position peaks, copied to each replica's rank.
+    peak_activations(schedule, position_peaks_);
+    result.peak_activations.resize(result.ranks());
+    result.gradient_sync.resize(result.ranks());
+    for (std::uint32_t p = 0; p < positions; ++p) {
+      const bool in_encoder = p < encoder_stages;
+      const module_costs& module = in_encoder ? costs.encoder : costs.llm;
+      const std::uint32_t local = in_encoder ? p : p - encoder_stages;
+      double ready = 0;
+      for (std::uint32_t q = 0; q < module.replicas; ++q) {
+        const std::uint32_t rank = rank_of(p, q);
+        result.peak_activations[rank] = position_peaks_[p];
+        for (std::uint32_t i = graph_.rank_begin[rank]; i < graph_.rank_begin[rank + 1]; ++i)
+          ready = std::max(ready, graph_.end[i]);
+      }
+      const double bytes = module.gradient_bytes.empty() ? 0.0 : module.gradient_bytes[local];
+      const double sync = bytes > 0 ? ring_allreduce_seconds(bytes, module.replicas, module.gradient_link) : 0.0;
+      for (std::uint32_t q = 0; q < module.replicas; ++q) result.gradient_sync[rank_of(p, q)] = {ready, ready + sync};
+      result.makespan = std::max(result.makespan, ready + sync);
+    }
+    detail::finish_bubble(result);
+  }
+
+  //! Convenience: simulates into a fresh result.
+  [[nodiscard]] simulation_result simulate(const pipeline_schedule& schedule, const multimodal_costs& costs,
+                                           std::span<const std::uint32_t> order = {}) {
+    simulation_result result;
+    simulate(schedule, costs, result, order);
+    return result;
+  }
+
+  //! The pipeline position (schedule rank) that result rank `rank` runs.
+  [[nodiscard]] static std::uint32_t position_of(const multimodal_costs& costs, std::uint32_t rank) noexcept {
+    const std::uint32_t encoder_ranks = costs.encoder.stages * costs.encoder.replicas;
+    return rank < encoder_ranks ? rank / costs.encoder.replicas
+                                : costs.encoder.stages + (rank - encoder_ranks) / costs.llm.replicas;
+  }
+
+private:
+  static void check_shapes(const pipeline_schedule& schedule, const multimodal_costs& costs,
+                           std::span<const std::uint32_t> order) {
+    costs.check();
+    if (schedule.ranks == 0 || schedule.rank_ops.size() != schedule.ranks) validate(schedule);
+    if (schedule.chunks != 1) throw error("simulate: multimodal pipelines take one-chunk schedules (no interleaving)");
+    if (schedule.ranks != costs.positions() || schedule.microbatches != costs.microbatches)
+      throw error("simulate: costs are for " + std::to_string(costs.microbatches) + " microbatches x " +
+                  std::to_string(costs.positions()) + " stages, the schedule has " +
+                  std::to_string(schedule.microbatches) + " x " + std::to_string(schedule.ranks));
+    std::size_t ops = 0;
+    for (const auto& list : schedule.rank_ops) ops += list.size();
+    if (ops != schedule.op_count()) validate(schedule);
+    for (std::uint32_t p = 0; p < schedule.ranks; ++p)
+      for (const auto& op : schedule.rank_ops[p])
+        if (op.microbatch >= schedule.microbatches || op.stage != p) validate(schedule);
+    if (!order.empty() && order.size() != costs.microbatches)
+      throw error("simulate: the slot order has " + std::to_string(order.size()) + " entries, expected " +
+                  std::to_string(costs.microbatches));
+    for (auto j : order)
+      if (j >= costs.microbatches) throw error("simulate: slot order entry out of range");
+  }
+
+  detail::op_graph graph_;
+  std::vector<std::size_t> sizes_;
+  std::vector<std::uint32_t> index_in_rank_;
+  std::vector<std::uint32_t> position_peaks_;
+};
+
+//! Simulates one multimodal iteration (see `multimodal_simulator::simulate`).
+[[nodiscard]] inline simulation_result simulate(const pipeline_schedule& schedule, const multimodal_costs& costs,
+                                                std::span<const std::uint32_t> order = {}) {
+  return multimodal_simulator{}.simulate(schedule, costs, order);
+}
+
+}  // namespace dflop
