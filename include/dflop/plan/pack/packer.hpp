@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! What a packer is: a small value type that splits N samples into K non-empty
+//! bins minimizing the makespan (max over bins and cost dimensions of the summed
+//! costs), writing a `packing`. Every shipped packer is checked against this
+//! concept right after its definition.
+#pragma once
+
+#include <dflop/plan/pack/cost_matrix.hpp>
+#include <dflop/plan/pack/options.hpp>
+#include <dflop/plan/pack/packing.hpp>
+#include <dflop/plan/pack/workspace.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <string_view>
+
+namespace dflop {
+
+//! A packing policy. `p.pack(costs, K, options, workspace, result)` fills
+//! `result` (reusing its memory) with a packing of every sample into exactly one
+//! of K bins, none empty; throws `input_error` when N < K and `infeasible_error`
+//! when the caps cannot be met. Same inputs and seed: same result. `P::name` is
+//! the name tools and reports use.
+template <class P>
+concept packer = std::semiregular<P> &&
+    requires(const P& policy, const cost_matrix& costs, std::size_t bins, const pack_options& options,
+             pack_workspace& workspace, packing& result) {
+      { P::name } -> std::convertible_to<std::string_view>;
+      { policy.pack(costs, bins, options, workspace, result) } -> std::same_as<void>;
+    };
+
+//! Packs with `policy`, reusing `workspace`; returns the packing.
+template <packer P>
+[[nodiscard]] packing pack(const P& policy, const cost_matrix& costs, std::size_t bins, const pack_options& options,
+                           pack_workspace& workspace) {
+  packing result;
+  policy.pack(costs, bins, options, workspace, result);
+  return result;
+}
+
+//! Packs with `policy` and a fresh workspace (one-off calls).
+template <packer P>
+[[nodiscard]] packing pack(const P& policy, const cost_matrix& costs, std::size_t bins,
+                           const pack_options& options = {}) {
+  pack_workspace workspace;
+  return pack(policy, costs, bins, options, workspace);
+}
+
+}  // namespace dflop
