@@ -41,4 +41,23 @@ inline constexpr std::array<std::string_view, 4> schedule_names{gpipe::name(), o
   throw schedule_error(text);
 }
 
+//! A schedule chosen at run time by name (a command-line flag): models the
+//! `schedule` concept by forwarding to `make_schedule`.
+class named_schedule {
+public:
+  //! \param name one of `schedule_names`  \param chunks model chunks per rank ("interleaved" only)
+  named_schedule() = default;
+  explicit named_schedule(std::string name, std::uint32_t chunks = 1) : name_(std::move(name)), chunks_(chunks) {}
+
+  //! The schedule's name.
+  [[nodiscard]] std::string_view name() const noexcept { return name_; }
+  //! Builds the op lists (throws `schedule_error` for an unknown name or unsupported shape).
+  [[nodiscard]] pipeline_schedule make(const schedule_shape& shape) const { return make_schedule(name_, shape, chunks_); }
+
+private:
+  std::string name_{one_f_one_b::name()};
+  std::uint32_t chunks_ = 1;
+};
+static_assert(schedule<named_schedule>);
+
 }  // namespace dflop

@@ -76,6 +76,13 @@ public:
   //! All values, row-major.
   [[nodiscard]] std::span<const double> values() const noexcept { return values_; }
 
+  //! Hands the value storage back (the matrix is left empty), so a caller that
+  //! rebuilds a matrix every call can recycle one buffer instead of allocating.
+  [[nodiscard]] std::vector<double> release_values() && {
+    samples_ = 0;
+    return std::move(values_);
+  }
+
   //! Same shape and values.
   friend bool operator==(const cost_matrix&, const cost_matrix&) = default;
 

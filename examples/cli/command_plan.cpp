@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: Apache-2.0
+//! `dflop plan` and `dflop demo`: the data-aware 3D parallelism search for a
+//! workload, model and cluster, side by side with the data-blind way and the
+//! reference system's method. `demo` is `plan` on the built-in default with a
+//! text timeline of one simulated iteration: the tool's main job.
+#include "command.hpp"
+
+#include <dflop/cost/analytic_memory_model.hpp>
+#include <dflop/cost/flops_cost_model.hpp>
+#include <dflop/error.hpp>
+#include <dflop/model/gpu_json.hpp>
+#include <dflop/model/model_json.hpp>
+#include <dflop/plan/plan_json.hpp>
+#include <dflop/plan/planner.hpp>
+#include <dflop/sim/chrome_trace.hpp>
+#include <dflop/sim/multimodal.hpp>
+#include <dflop/sim/text_timeline.hpp>
+#include <dflop/sim/timeline.hpp>
+#include <dflop/workload/mixture.hpp>
+#include <dflop/workload/trace.hpp>
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+namespace {
+
+//! What the user asked `plan` (or `demo`) for; defaults are the built-in demo.
+struct plan_command_options {
+  std::string workload;  // empty: the built-in default mixture
+  std::string model = "siglip-400m+qwen2.5-7b";
+  int gpus = 64;
+  int gpus_per_node = 8;
+  std::string gpu = "h100-80gb";
+  int global_batch = 512;
+  std::string schedule = "1f1b";
+  int batches = 4;
+  std::uint64_t seed = 0;
+  bool json = false;
+  std::string trace;
+  bool timeline = false;  // demo: print one iteration as a text timeline
+};
+
+void run_plan(const plan_command_options& options) {
+  const auto workload = options.workload.empty() ? dflop::default_workload() : dflop::read_trace_file(options.workload);
+  const dflop::multimodal_spec model = dflop::load_model(options.model, "--model");
+  const dflop::cluster_spec cluster{options.gpus, options.gpus_per_node, dflop::load_gpu(options.gpu, "--gpu")};
+  const dflop::named_schedule schedule = [&] {
+    for (auto name : dflop::schedule_names)
+      if (name == options.schedule && name != "interleaved") return dflop::named_schedule(options.schedule);
+    throw dflop::input_error("--schedule", 0,
+                             "'" + options.schedule + "' is not a one-chunk schedule (gpipe, 1f1b, zb-h1)");
+  }();
+
+  dflop::planner_options settings;
+  settings.global_batch = options.global_batch;
+  settings.batches = options.batches;
+  settings.seed = options.seed;
+  if (!options.json) {
+    settings.progress = &std::cerr;
+    settings.progress_interactive = dflop::stderr_is_terminal();
+  }
+  dflop::planner<dflop::flops_cost_model, dflop::analytic_memory_model> planner(
+      model, cluster, dflop::flops_cost_model(model, cluster.gpu), dflop::analytic_memory_model(model), settings, {},
+      {}, schedule);
+  if (!options.json)
+    std::cout << "workload: "
+              << (options.workload.empty()
+                      ? "built-in mixture '" + std::string(dflop::default_mixture_name) + "' (" +
+                            std::to_string(dflop::default_workload_samples) + " samples)"
+                      : options.workload)
+              << "\n";
+  const dflop::plan result = planner.make_plan(workload);
+
+  if (options.json) {
+    std::cout << dflop::to_json(result).dump(2) << "\n";
+  } else {
+    std::cout << result;
+  }
+
+  if (options.timeline || !options.trace.empty()) {
+    const auto& batch = planner.sampled_batches().front();
+    const auto scheduled = planner.schedule_batch(result.chosen, batch, options.seed);
+    const auto layout = planner.layout_of(result.chosen);
+    const auto simulated = dflop::multimodal_simulator{}.simulate(layout.schedule, scheduled.costs, scheduled.slot_order);
+    const auto line = dflop::make_timeline(layout.schedule, scheduled.costs, simulated, scheduled.slot_order);
+    if (!options.trace.empty()) {
+      dflop::write_chrome_trace(line, options.trace);
+      if (!options.json) std::cout << "\ntrace of one iteration written to " << options.trace << "\n";
+    }
+    if (options.timeline && !options.json) {
+      std::cout << "\none simulated iteration of the dflop plan (F forward, B backward, # gradient sync, . idle):\n"
+                << dflop::render_text_timeline(line, 100);
+    }
+  }
+}
+
+void add_plan_flags(CLI::App& command, plan_command_options& options) {
+  command.add_option("--workload", options.workload, "JSONL trace (default: the built-in onevision mixture)");
+  command.add_option("--model", options.model, "ENCODER+LLM preset or a model JSON file")->capture_default_str();
+  command.add_option("--gpus", options.gpus, "GPUs in all")->capture_default_str();
+  command.add_option("--gpus-per-node", options.gpus_per_node, "GPUs per node")->capture_default_str();
+  command.add_option("--gpu", options.gpu, "GPU preset or a GPU JSON file")->capture_default_str();
+  command.add_option("--global-batch", options.global_batch, "samples per iteration")->capture_default_str();
+  command.add_option("--schedule", options.schedule, "gpipe, 1f1b or zb-h1")->capture_default_str();
+  command.add_option("--batches", options.batches, "sampled global batches each candidate is scored on")
+      ->capture_default_str();
+  command.add_option("--seed", options.seed, "sampling and packing seed")->capture_default_str();
+  command.add_flag("--json", options.json, "print one JSON object");
+  command.add_option("--trace", options.trace, "write a Chrome trace (Perfetto) of one iteration to this file");
+}
+
+void install_plan_command(CLI::App& app) {
+  auto options = std::make_shared<plan_command_options>();
+  auto* command = app.add_subcommand("plan", "choose the 3D parallel configuration for a workload, model and cluster");
+  add_plan_flags(*command, *options);
+  command->callback([options] { run_plan(*options); });
+}
+
+void install_demo_command(CLI::App& app) {
+  auto options = std::make_shared<plan_command_options>();
+  options->timeline = true;
+  auto* command = app.add_subcommand(
+      "demo", "the planner on the built-in default (onevision mixture, siglip-400m+qwen2.5-7b, 64 x h100-80gb)");
+  add_plan_flags(*command, *options);
+  command->callback([options] { run_plan(*options); });
+}
+
+}  // namespace
+
+DFLOP_REGISTER_COMMAND("plan", install_plan_command);
+DFLOP_REGISTER_COMMAND("demo", install_demo_command);

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! One global batch made ready to run: which samples each LLM replica's
+//! microbatches hold, which samples each encoder replica encodes for each slot,
+//! the order the slots run in, and the per-op costs the simulator (and so the
+//! prediction) uses. The executor runs exactly this.
+#pragma once
+
+#include <dflop/plan/parallel_config.hpp>
+#include <dflop/sim/multimodal.hpp>
+
+#include <cstdint>
+#include <ostream>
+#include <vector>
+
+namespace dflop {
+
+//! A packed, ordered global batch. Sample numbers index the batch as given.
+struct batch_schedule {
+  parallel_config config;  //!< the configuration it was made for
+  //! `llm_microbatches[replica * m + slot]`: samples of LLM replica `replica`'s microbatch for `slot`.
+  std::vector<std::vector<std::uint32_t>> llm_microbatches;
+  //! `encoder_parts[replica * m + slot]`: samples encoder replica `replica` encodes for `slot`
+  //! (those with encoder work; text-only samples skip the encoder).
+  std::vector<std::vector<std::uint32_t>> encoder_parts;
+  std::vector<std::uint32_t> slot_order;  //!< execution position -> slot
+  multimodal_costs costs;                 //!< per-op costs, hand-offs and gradient sync, by slot
+  double predicted_seconds = 0;           //!< simulated iteration time in `slot_order`
+  double packing_makespan = 0;            //!< the packer's objective (max bin load)
+  double packing_lower_bound = 0;         //!< its certified lower bound
+
+  //! Samples of LLM replica `replica`, slot `slot`.
+  [[nodiscard]] const std::vector<std::uint32_t>& llm_microbatch(int replica, int slot) const {
+    return llm_microbatches[static_cast<std::size_t>(replica * config.microbatches + slot)];
+  }
+  //! Samples encoder replica `replica` encodes for `slot`.
+  [[nodiscard]] const std::vector<std::uint32_t>& encoder_part(int replica, int slot) const {
+    return encoder_parts[static_cast<std::size_t>(replica * config.microbatches + slot)];
+  }
+};
+
+inline std::ostream& operator<<(std::ostream& out, const batch_schedule& batch) {
+  return out << "batch_schedule{" << batch.config << ", predicted=" << batch.predicted_seconds
+             << " s, packing makespan=" << batch.packing_makespan << ", lower bound=" << batch.packing_lower_bound
+             << "}";
+}
+
+}  // namespace dflop

@@ -1,0 +1,327 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! Turns one global batch into a `batch_schedule` for a fixed layout: price each
+//! sample, pack into (LLM replica x microbatch) bins, group the bins into slots,
+//! split each slot's encoder work over the encoder replicas, price every op,
+//! order the slots and simulate. The planner scores configurations with it and
+//! the runtime calls it once per iteration, so what is predicted is what runs.
+#pragma once
+
+#include <dflop/cost/cost_model.hpp>
+#include <dflop/cost/memory_model.hpp>
+#include <dflop/model/multimodal_spec.hpp>
+#include <dflop/plan/batch_schedule.hpp>
+#include <dflop/plan/pack/cost_matrix.hpp>
+#include <dflop/plan/pack/packer.hpp>
+#include <dflop/plan/plan_layout.hpp>
+#include <dflop/plan/rank_layout.hpp>
+#include <dflop/sim/multimodal.hpp>
+#include <dflop/sim/order.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <vector>
+
+namespace dflop {
+
+//! How packed bins become (LLM replica, slot) microbatches.
+enum class slot_assignment : std::uint8_t {
+  //! The reference system's rule: bin i goes to replica i mod dp, slot i div dp.
+  round_robin,
+  //! dflop: bins grouped into slots so each slot's summed encoder work is even
+  //! (the encoder runs a slot for all LLM replicas at once), then spread over
+  //! replicas so each replica's LLM total is even.
+  balanced,
+};
+
+//! Per-batch choices besides the packer.
+struct batch_options {
+  slot_assignment assignment = slot_assignment::balanced;  //!< bins -> (replica, slot)
+  order_policy order = order_policy::neh;                  //!< slot order policy
+  std::size_t order_budget = 64;                           //!< simulations the `neh` order may spend
+  std::uint64_t seed = 0;                                  //!< packer seed
+  //! Fraction of a split backward that is weight-gradient work (ZB schedules):
+  //! in a linear layer the input and weight gradients cost the same.
+  double weight_gradient_share = 0.5;
+};
+
+//! Schedules global batches for one layout. Holds reusable scratch: one per thread.
+template <cost_model Cost, memory_model Memory, packer Packer>
+class batch_scheduler {
+public:
+  //! \param model the shapes  \param cluster placement and links  \param cost prices microbatches
+  //! \param memory prices gradient bytes per stage  \param pack_policy the packer
+  batch_scheduler(const multimodal_spec& model, const cluster_spec& cluster, const Cost& cost, const Memory& memory,
+                  Packer pack_policy = {})
+      : model_(&model), cluster_(&cluster), cost_(&cost), memory_(&memory), packer_(std::move(pack_policy)) {}
+
+  //! Schedules `batch` (at least `layout.config.bins()` samples) into `out`, reusing its memory.
+  void schedule(const plan_layout& layout, std::span<const sample> batch, const batch_options& options,
+                batch_schedule& out) {
+    const parallel_config& config = layout.config;
+    const auto bins = static_cast<std::size_t>(config.bins());
+    if (batch.size() < bins)
+      throw input_error("global batch", 0,
+                        std::to_string(batch.size()) + " samples cannot fill " + std::to_string(bins) +
+                            " microbatches (LLM replicas x microbatches); every microbatch needs a sample");
+    out.config = config;
+    price_samples(layout, batch);
+    pack_bins(bins, options);
+    assign_slots(config, options.assignment, out);
+    split_encoder_work(config, out);
+    fill_costs(layout, batch, options, out);
+    order_and_simulate(layout, options, out);
+  }
+
+  //! Convenience: a fresh `batch_schedule`.
+  [[nodiscard]] batch_schedule schedule(const plan_layout& layout, std::span<const sample> batch,
+                                        const batch_options& options) {
+    batch_schedule out;
+    schedule(layout, batch, options, out);
+    return out;
+  }
+
+private:
+  // Per-sample 2-D costs in comparable units: a bin's LLM stage time, and its
+  // share of the encoder stage time of its slot (a slot's encoder work for all
+  // llm.dp bins is spread over encoder.dp replicas).
+  void price_samples(const plan_layout& layout, std::span<const sample> batch) {
+    const parallel_config& c = layout.config;
+    const double encoder_scale = static_cast<double>(c.llm.dp) / (c.encoder.dp * c.encoder.pp);
+    encoder_cost_.resize(batch.size());
+    sample_costs_.resize(batch.size() * 2);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const std::span<const sample> one(&batch[i], 1);
+      encoder_cost_[i] = cost_->estimate_time(module_kind::encoder, c.encoder.tp, one).whole(layout.encoder.layers()).total();
+      const double llm = cost_->estimate_time(module_kind::llm, c.llm.tp, one).whole(layout.llm.layers()).total();
+      sample_costs_[2 * i] = encoder_cost_[i] * encoder_scale;
+      sample_costs_[2 * i + 1] = llm / c.llm.pp;
+    }
+  }
+
+  void pack_bins(std::size_t bins, const batch_options& options) {
+    const std::size_t samples = sample_costs_.size() / 2;
+    matrix_ = cost_matrix(samples, 2, std::move(sample_costs_));
+    pack_options pack_settings;
+    pack_settings.seed = options.seed;
+    packer_.pack(matrix_, bins, pack_settings, workspace_, packing_);
+    sample_costs_ = std::move(matrix_).release_values();
+  }
+
+  void assign_slots(const parallel_config& c, slot_assignment assignment, batch_schedule& out) {
+    const auto m = static_cast<std::size_t>(c.microbatches);
+    const auto replicas = static_cast<std::size_t>(c.llm.dp);
+    const std::size_t bins = m * replicas;
+    out.llm_microbatches.resize(bins);
+    bin_target_.resize(bins);
+    if (assignment == slot_assignment::round_robin) {
+      for (std::size_t bin = 0; bin < bins; ++bin) bin_target_[bin] = (bin % replicas) * m + bin / replicas;
+    } else {
+      // Slots: heaviest encoder bins first, each to the slot with the least encoder work that has room.
+      bin_encoder_.assign(bins, 0.0);
+      bin_llm_.assign(bins, 0.0);
+      for (std::size_t i = 0; i < packing_.bin_of.size(); ++i) {
+        bin_encoder_[packing_.bin_of[i]] += sample_costs_[2 * i];
+        bin_llm_[packing_.bin_of[i]] += sample_costs_[2 * i + 1];
+      }
+      order_.resize(bins);
+      std::iota(order_.begin(), order_.end(), 0U);
+      std::stable_sort(order_.begin(), order_.end(),
+                       [&](std::uint32_t a, std::uint32_t b) { return bin_encoder_[a] > bin_encoder_[b]; });
+      slot_load_.assign(m, 0.0);
+      slot_fill_.assign(m, 0);
+      slot_of_bin_.resize(bins);
+      for (std::uint32_t bin : order_) {
+        std::size_t best = m;
+        for (std::size_t k = 0; k < m; ++k)
+          if (slot_fill_[k] < replicas && (best == m || slot_load_[k] < slot_load_[best])) best = k;
+        slot_of_bin_[bin] = static_cast<std::uint32_t>(best);
+        slot_load_[best] += bin_encoder_[bin];
+        ++slot_fill_[best];
+      }
+      // Replicas: within each slot, the heaviest LLM bin to the replica with the least LLM work so far.
+      replica_load_.assign(replicas, 0.0);
+      for (std::size_t k = 0; k < m; ++k) {
+        slot_bins_.clear();
+        for (std::uint32_t bin = 0; bin < bins; ++bin)
+          if (slot_of_bin_[bin] == k) slot_bins_.push_back(bin);
+        std::stable_sort(slot_bins_.begin(), slot_bins_.end(),
+                         [&](std::uint32_t a, std::uint32_t b) { return bin_llm_[a] > bin_llm_[b]; });
+        replica_taken_.assign(replicas, 0);
+        for (std::uint32_t bin : slot_bins_) {
+          std::size_t best = replicas;
+          for (std::size_t r = 0; r < replicas; ++r)
+            if (!replica_taken_[r] && (best == replicas || replica_load_[r] < replica_load_[best])) best = r;
+          replica_taken_[best] = 1;
+          replica_load_[best] += bin_llm_[bin];
+          bin_target_[bin] = best * m + k;
+        }
+      }
+    }
+    for (std::size_t bin = 0; bin < bins; ++bin) {
+      auto& members = out.llm_microbatches[bin_target_[bin]];
+      const auto samples = packing_.bin(bin);
+      members.assign(samples.begin(), samples.end());
+    }
+    out.packing_makespan = packing_.makespan;
+    out.packing_lower_bound = packing_.lower_bound;
+  }
+
+  // Each slot's samples with encoder work, heaviest first, to the least-loaded encoder replica.
+  void split_encoder_work(const parallel_config& c, batch_schedule& out) {
+    const auto m = static_cast<std::size_t>(c.microbatches);
+    const auto encoder_replicas = static_cast<std::size_t>(c.encoder.dp);
+    out.encoder_parts.resize(encoder_replicas * m);
+    for (auto& part : out.encoder_parts) part.clear();
+    encoder_load_.resize(encoder_replicas);
+    for (std::size_t k = 0; k < m; ++k) {
+      slot_samples_.clear();
+      for (std::size_t r = 0; r < static_cast<std::size_t>(c.llm.dp); ++r)
+        for (std::uint32_t i : out.llm_microbatches[r * m + k])
+          if (encoder_cost_[i] > 0) slot_samples_.push_back(i);
+      std::stable_sort(slot_samples_.begin(), slot_samples_.end(),
+                       [&](std::uint32_t a, std::uint32_t b) { return encoder_cost_[a] > encoder_cost_[b]; });
+      std::fill(encoder_load_.begin(), encoder_load_.end(), 0.0);
+      for (std::uint32_t i : slot_samples_) {
+        const auto lightest = static_cast<std::size_t>(
+            std::min_element(encoder_load_.begin(), encoder_load_.end()) - encoder_load_.begin());
+        encoder_load_[lightest] += encoder_cost_[i];
+        out.encoder_parts[lightest * m + k].push_back(i);
+      }
+      for (std::size_t e = 0; e < encoder_replicas; ++e)
+        std::sort(out.encoder_parts[e * m + k].begin(), out.encoder_parts[e * m + k].end());
+    }
+  }
+
+  // Fills one module's cost tables from its microbatches.
+  template <class Microbatches>
+  void fill_module(module_kind kind, const module_plan& plan, const rank_layout& ranks, std::span<const sample> batch,
+                   std::uint32_t m, const Microbatches& microbatches, bool split_backward, double weight_share,
+                   module_costs& costs) {
+    const module_parallelism& d = plan.degrees;
+    const auto stages = static_cast<std::uint32_t>(d.pp);
+    costs.stages = stages;
+    costs.replicas = static_cast<std::uint32_t>(d.dp);
+    const std::size_t entries = static_cast<std::size_t>(d.dp) * m * stages;
+    costs.forward.assign(entries, 0.0);
+    costs.backward.assign(entries, 0.0);
+    costs.transfer.assign(entries, 0.0);
+    if (split_backward)
+      costs.weight.assign(entries, 0.0);
+    else
+      costs.weight.clear();
+    const double hidden = static_cast<double>(kind == module_kind::encoder ? model_->encoder.hidden : model_->llm.hidden);
+    for (std::uint32_t q = 0; q < costs.replicas; ++q)
+      for (std::uint32_t k = 0; k < m; ++k) {
+        const auto& members = microbatches[static_cast<std::size_t>(q) * m + k];
+        if (members.empty()) continue;
+        gathered_.clear();
+        double tokens = 0;
+        for (std::uint32_t i : members) {
+          gathered_.push_back(batch[i]);
+          tokens += static_cast<double>(kind == module_kind::encoder ? batch[i].encoder_tokens : batch[i].llm_tokens);
+        }
+        const module_cost unit = cost_->estimate_time(kind, d.tp, gathered_);
+        // Activations leave a stage split over its TP ranks (bf16), each over its own link.
+        const double bytes = tokens * hidden * 2.0 / d.tp;
+        for (std::uint32_t s = 0; s < stages; ++s) {
+          const std::size_t at = costs.at(q, k, s, m);
+          const pass_time time = unit.stage(plan.slice(static_cast<int>(s)));
+          costs.forward[at] = time.forward;
+          if (split_backward) {
+            costs.weight[at] = time.backward * weight_share;
+            costs.backward[at] = time.backward - costs.weight[at];
+          } else {
+            costs.backward[at] = time.backward;
+          }
+          if (s + 1 < stages) {
+            const int from = ranks.first_gpu(kind, static_cast<int>(q), static_cast<int>(s));
+            const int to = ranks.first_gpu(kind, static_cast<int>(q), static_cast<int>(s) + 1);
+            costs.transfer[at] = transfer_seconds(bytes, ranks.link_between(from, to));
+          }
+        }
+      }
+    costs.gradient_bytes.resize(stages);
+    link slowest{std::numeric_limits<double>::infinity(), 0};
+    for (std::uint32_t s = 0; s < stages; ++s) {
+      costs.gradient_bytes[s] = static_cast<double>(
+          memory_->estimate_memory(kind, d.tp, plan.slice(static_cast<int>(s)), 0, {}).gradients);
+      const link over = ranks.gradient_link(kind, static_cast<int>(s));
+      if (over.bandwidth < slowest.bandwidth) slowest = over;
+    }
+    costs.gradient_link = slowest;
+  }
+
+  void fill_costs(const plan_layout& layout, std::span<const sample> batch, const batch_options& options,
+                  batch_schedule& out) {
+    const parallel_config& c = layout.config;
+    const rank_layout ranks(c, *cluster_);
+    const auto m = static_cast<std::uint32_t>(c.microbatches);
+    multimodal_costs& costs = out.costs;
+    costs.microbatches = m;
+    const bool split = layout.schedule.split_backward;
+    fill_module(module_kind::encoder, layout.encoder, ranks, batch, m, out.encoder_parts, split,
+                options.weight_gradient_share, costs.encoder);
+    fill_module(module_kind::llm, layout.llm, ranks, batch, m, out.llm_microbatches, split,
+                options.weight_gradient_share, costs.llm);
+
+    // Hand-offs: each encoder replica sends each LLM replica the projected tokens
+    // (LLM hidden size, bf16) of exactly the samples that replica needs.
+    const auto encoder_replicas = static_cast<std::size_t>(c.encoder.dp);
+    const auto llm_replicas = static_cast<std::size_t>(c.llm.dp);
+    costs.handoffs.assign(encoder_replicas * m * llm_replicas, handoff{});
+    owner_.assign(batch.size(), UINT32_MAX);
+    for (std::size_t r = 0; r < llm_replicas; ++r)
+      for (std::uint32_t k = 0; k < m; ++k)
+        for (std::uint32_t i : out.llm_microbatches[r * m + k]) owner_[i] = static_cast<std::uint32_t>(r);
+    const double projected_bytes_per_token = static_cast<double>(model_->llm.hidden) * 2.0;
+    for (std::size_t e = 0; e < encoder_replicas; ++e)
+      for (std::uint32_t k = 0; k < m; ++k) {
+        for (std::uint32_t i : out.encoder_parts[e * m + k]) {
+          handoff& h = costs.handoffs[costs.handoff_at(static_cast<std::uint32_t>(e), k, owner_[i])];
+          h.feeds = true;
+          h.seconds += static_cast<double>(batch[i].encoder_tokens) * projected_bytes_per_token;  // bytes for now
+        }
+        for (std::size_t r = 0; r < llm_replicas; ++r) {
+          handoff& h = costs.handoffs[costs.handoff_at(static_cast<std::uint32_t>(e), k, static_cast<std::uint32_t>(r))];
+          if (!h.feeds) continue;
+          const int from = ranks.first_gpu(module_kind::encoder, static_cast<int>(e), c.encoder.pp - 1);
+          const int to = ranks.first_gpu(module_kind::llm, static_cast<int>(r), 0);
+          h.seconds = transfer_seconds(h.seconds, ranks.link_between(from, to));
+        }
+      }
+  }
+
+  void order_and_simulate(const plan_layout& layout, const batch_options& options, batch_schedule& out) {
+    if (options.order == order_policy::identity) {
+      out.slot_order = identity_order(out.costs.microbatches);
+      simulator_.simulate(layout.schedule, out.costs, result_, out.slot_order);
+      out.predicted_seconds = result_.makespan;
+      return;
+    }
+    auto found = order_slots(options.order, layout.schedule, out.costs, simulator_, options.order_budget);
+    out.slot_order = std::move(found.order);
+    out.predicted_seconds = found.makespan;
+  }
+
+  const multimodal_spec* model_;
+  const cluster_spec* cluster_;
+  const Cost* cost_;
+  const Memory* memory_;
+  Packer packer_;
+  // Reused scratch.
+  std::vector<double> encoder_cost_, sample_costs_, bin_encoder_, bin_llm_, slot_load_, replica_load_, encoder_load_;
+  std::vector<std::size_t> bin_target_, slot_fill_;
+  std::vector<std::uint32_t> order_, slot_of_bin_, slot_bins_, slot_samples_, owner_;
+  std::vector<char> replica_taken_;
+  std::vector<sample> gathered_;
+  cost_matrix matrix_;
+  pack_workspace workspace_;
+  packing packing_;
+  multimodal_simulator simulator_;
+  simulation_result result_;
+};
+
+}  // namespace dflop

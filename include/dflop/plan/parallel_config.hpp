@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! A 3D parallel configuration: tensor, pipeline and data parallel degrees per
+//! module (encoder and LLM may differ), and how many microbatches each LLM
+//! replica runs per iteration. Ranks are laid out TP fastest, then PP, then DP,
+//! encoder GPUs first.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <vector>
+
+namespace dflop {
+
+//! Degrees of one module: `tp * pp * dp` GPUs.
+struct module_parallelism {
+  int tp = 1;  //!< tensor-parallel degree (GPUs sharing each layer)
+  int pp = 1;  //!< pipeline stages
+  int dp = 1;  //!< data-parallel replicas
+
+  //! GPUs the module occupies.
+  [[nodiscard]] constexpr int gpus() const noexcept { return tp * pp * dp; }
+
+  friend bool operator==(const module_parallelism&, const module_parallelism&) = default;
+  friend auto operator<=>(const module_parallelism&, const module_parallelism&) = default;
+};
+
+inline std::ostream& operator<<(std::ostream& out, const module_parallelism& degrees) {
+  return out << "tp" << degrees.tp << " pp" << degrees.pp << " dp" << degrees.dp;
+}
+
+//! Both modules' degrees and the microbatch count.
+struct parallel_config {
+  module_parallelism encoder;  //!< the modality encoder (+ projector)
+  module_parallelism llm;      //!< the decoder LLM
+  int microbatches = 1;        //!< m: microbatches per LLM replica (= encoder slots) per iteration
+
+  //! GPUs in all.
+  [[nodiscard]] constexpr int gpus() const noexcept { return encoder.gpus() + llm.gpus(); }
+  //! Stages of the combined pipeline (encoder stages, then LLM stages).
+  [[nodiscard]] constexpr int stages() const noexcept { return encoder.pp + llm.pp; }
+  //! Bins one global batch is packed into: one per (LLM replica, microbatch).
+  [[nodiscard]] constexpr int bins() const noexcept { return llm.dp * microbatches; }
+
+  friend bool operator==(const parallel_config&, const parallel_config&) = default;
+  friend auto operator<=>(const parallel_config&, const parallel_config&) = default;
+};
+
+inline std::ostream& operator<<(std::ostream& out, const parallel_config& config) {
+  return out << "encoder(" << config.encoder << ") llm(" << config.llm << ") m" << config.microbatches;
+}
+
+//! Every (tp, pp, dp) with tp * pp * dp = `gpus`, where tp divides
+//! `gpus_per_node` (a TP group stays in one node) and `head_count` (heads split
+//! evenly), and pp <= `max_stages`. Ordered by (tp, pp, dp).
+[[nodiscard]] inline std::vector<module_parallelism> module_parallelisms(int gpus, int gpus_per_node,
+                                                                        std::int64_t head_count, int max_stages) {
+  std::vector<module_parallelism> result;
+  for (int tp = 1; tp <= gpus && tp <= gpus_per_node; ++tp) {
+    if (gpus % tp != 0 || gpus_per_node % tp != 0 || head_count % tp != 0) continue;
+    for (int pp = 1; pp <= gpus / tp && pp <= max_stages; ++pp)
+      if ((gpus / tp) % pp == 0) result.push_back({tp, pp, gpus / tp / pp});
+  }
+  return result;
+}
+
+}  // namespace dflop

@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! The planner's answer as a value: the chosen configuration with its layer
+//! splits, predicted iteration time and memory per stage, the ideal bound, and
+//! the baselines chosen and scored the same way. Printable as a table; see
+//! plan_json.hpp for JSON.
+#pragma once
+
+#include <dflop/cost/memory_model.hpp>
+#include <dflop/model/module_kind.hpp>
+#include <dflop/plan/cluster.hpp>
+#include <dflop/plan/module_plan.hpp>
+#include <dflop/plan/parallel_config.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace dflop {
+
+//! Memory of one GPU of one pipeline stage.
+struct stage_memory {
+  module_kind module = module_kind::llm;  //!< which module the stage belongs to
+  int stage = 0;                          //!< stage index inside the module
+  int in_flight = 0;                      //!< microbatches whose activations the schedule keeps at its peak
+  memory_breakdown bytes;                 //!< parameters, gradients, optimizer states, activations (tail microbatch)
+
+  friend bool operator==(const stage_memory&, const stage_memory&) = default;
+};
+
+//! One method's choice and how it scores in the common simulator.
+struct method_result {
+  std::string method;              //!< "dflop", "data_blind", "dflop_reference"
+  parallel_config config;          //!< chosen degrees and microbatches
+  module_plan encoder;             //!< encoder split
+  module_plan llm;                 //!< LLM split
+  double estimated_seconds = 0;    //!< what the method's own model predicted when choosing
+  double iteration_seconds = 0;    //!< mean simulated iteration time over the sampled batches
+  bool fits_memory = true;         //!< whether its tail microbatches fit in GPU memory (dflop's always do)
+  double peak_memory_gib = 0;      //!< largest stage memory, GiB
+  std::size_t out_of_memory_attempts = 0;  //!< earlier choices of the method that ran out of memory
+
+  friend bool operator==(const method_result&, const method_result&) = default;
+};
+
+//! What the search did.
+struct search_statistics {
+  std::size_t candidates = 0;         //!< configurations enumerated (splits x degrees x microbatches)
+  std::size_t memory_rejected = 0;    //!< rejected: parameters, optimizer states or activations do not fit
+  std::size_t bound_pruned = 0;       //!< skipped: their lower bound could not beat the best found
+  std::size_t over_budget = 0;        //!< not scored: the simulation budget was spent
+  std::size_t simulated = 0;          //!< scored on the sampled batches
+  double seconds = 0;                 //!< wall time of the search
+
+  friend bool operator==(const search_statistics&, const search_statistics&) = default;
+};
+
+//! The plan for one model, cluster and workload.
+struct plan {
+  std::string model;                   //!< model name
+  cluster_spec cluster;                //!< where it runs
+  int global_batch = 0;                //!< samples per iteration
+  int batches = 0;                     //!< sampled global batches it was scored on
+  std::string schedule;                //!< schedule policy name
+  method_result chosen;                //!< dflop's choice (method "dflop")
+  std::vector<stage_memory> memory;    //!< per stage of the chosen plan, encoder stages first
+  double ideal_seconds = 0;            //!< training FLOPs / (GPUs x peak x best efficiency): no plan beats it
+  std::vector<method_result> baselines;  //!< data_blind and dflop_reference, when computed
+  search_statistics search;            //!< how the search went
+
+  //! Samples per second of the chosen plan.
+  [[nodiscard]] double samples_per_second() const noexcept {
+    return chosen.iteration_seconds > 0 ? global_batch / chosen.iteration_seconds : 0;
+  }
+  //! ideal / chosen: how close to the bound the plan gets.
+  [[nodiscard]] double efficiency() const noexcept {
+    return chosen.iteration_seconds > 0 ? ideal_seconds / chosen.iteration_seconds : 0;
+  }
+  //! The baseline called `method`, if computed.
+  [[nodiscard]] const method_result* baseline(std::string_view method) const noexcept {
+    for (const auto& result : baselines)
+      if (result.method == method) return &result;
+    return nullptr;
+  }
+};
+
+namespace detail {
+inline std::string format_fixed(double value, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+inline std::string format_degrees(const module_parallelism& d) {
+  return "tp" + std::to_string(d.tp) + " pp" + std::to_string(d.pp) + " dp" + std::to_string(d.dp);
+}
+}  // namespace detail
+
+//! Prints the side-by-side table of the methods and the ideal bound.
+inline void print_comparison(std::ostream& out, const plan& result) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%-16s %-16s %-16s %5s %10s %9s %8s %s\n", "method", "encoder", "llm", "m",
+                "iteration", "samples/s", "vs ideal", "memory");
+  out << line;
+  const auto row = [&](const method_result& r) {
+    std::snprintf(line, sizeof line, "%-16s %-16s %-16s %5d %9.3fs %9.1f %7.0f%% %s\n", r.method.c_str(),
+                  detail::format_degrees(r.config.encoder).c_str(), detail::format_degrees(r.config.llm).c_str(),
+                  r.config.microbatches, r.iteration_seconds, result.global_batch / r.iteration_seconds,
+                  100.0 * result.ideal_seconds / r.iteration_seconds,
+                  r.fits_memory ? (detail::format_fixed(r.peak_memory_gib, 1) + " GiB").c_str() : "OUT OF MEMORY");
+    out << line;
+  };
+  for (const auto& baseline : result.baselines) row(baseline);
+  row(result.chosen);
+  std::snprintf(line, sizeof line, "%-16s %-16s %-16s %5s %9.3fs %9.1f %7.0f%%\n", "ideal", "-", "-", "-",
+                result.ideal_seconds, result.global_batch / result.ideal_seconds, 100.0);
+  out << line;
+}
+
+//! Prints the plan: configuration, layer splits, prediction, memory per stage and the comparison.
+inline std::ostream& operator<<(std::ostream& out, const plan& result) {
+  out << "model " << result.model << " on " << result.cluster.gpus << " x " << result.cluster.gpu.name << " ("
+      << result.cluster.gpus_per_node << " per node), global batch " << result.global_batch << ", schedule "
+      << result.schedule << "\n";
+  out << "encoder: " << result.chosen.encoder << "\n";
+  out << "llm:     " << result.chosen.llm << "\n";
+  out << "microbatches per replica: " << result.chosen.config.microbatches << "\n";
+  out << "predicted iteration: " << detail::format_fixed(result.chosen.iteration_seconds, 3) << " s ("
+      << detail::format_fixed(result.samples_per_second(), 1) << " samples/s, "
+      << detail::format_fixed(100 * result.efficiency(), 0) << "% of ideal), mean over " << result.batches
+      << " sampled batches\n";
+  out << "memory per GPU (tail microbatch, in-flight activations):\n";
+  for (const auto& stage : result.memory)
+    out << "  " << to_string(stage.module) << " stage " << stage.stage << ": "
+        << detail::format_fixed(static_cast<double>(stage.bytes.total()) / (1 << 30), 1) << " GiB ("
+        << stage.in_flight << " in flight)\n";
+  out << "search: " << result.search.candidates << " candidates, " << result.search.memory_rejected
+      << " out of memory, " << result.search.bound_pruned << " pruned by bound, " << result.search.over_budget << " past the budget, " << result.search.simulated
+      << " simulated, " << detail::format_fixed(result.search.seconds, 2) << " s\n\n";
+  print_comparison(out, result);
+  return out;
+}
+
+}  // namespace dflop

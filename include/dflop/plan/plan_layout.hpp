@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! Everything fixed about an iteration once a configuration is chosen: the
+//! degrees, each module's layer split, the schedule's op lists and the ranks'
+//! placement. Per-batch work (packing, ordering, costs) hangs off this.
+#pragma once
+
+#include <dflop/model/multimodal_spec.hpp>
+#include <dflop/plan/cluster.hpp>
+#include <dflop/plan/module_plan.hpp>
+#include <dflop/plan/parallel_config.hpp>
+#include <dflop/plan/rank_layout.hpp>
+#include <dflop/schedule/concept.hpp>
+#include <dflop/schedule/op.hpp>
+
+#include <string>
+
+namespace dflop {
+
+//! A configuration made concrete: module plans plus the one-chunk schedule over
+//! the combined pipeline (encoder stages first).
+struct plan_layout {
+  parallel_config config;      //!< degrees and microbatches
+  module_plan encoder;         //!< encoder degrees and layer split
+  module_plan llm;             //!< LLM degrees and layer split
+  pipeline_schedule schedule;  //!< op lists per pipeline position (encoder.pp + llm.pp of them)
+
+  //! Pipeline position of a module's stage.
+  [[nodiscard]] int position(module_kind kind, int stage) const noexcept {
+    return kind == module_kind::encoder ? stage : config.encoder.pp + stage;
+  }
+};
+
+//! Builds the layout for `config` with the given layer splits and the op lists
+//! of `policy` over the combined pipeline. Multimodal pipelines take one-chunk
+//! schedules; a policy producing more chunks is rejected.
+template <schedule Policy>
+[[nodiscard]] plan_layout make_plan_layout(const parallel_config& config, module_plan encoder, module_plan llm,
+                                           const Policy& policy) {
+  plan_layout layout{config, std::move(encoder), std::move(llm), {}};
+  layout.schedule = policy.make(
+      schedule_shape{static_cast<std::uint32_t>(config.stages()), static_cast<std::uint32_t>(config.microbatches)});
+  if (layout.schedule.chunks != 1) {
+    std::string text("schedule '");
+    text.append(policy.name()).append("' interleaves model chunks; multimodal plans take one-chunk schedules");
+    throw input_error("schedule", 0, text);
+  }
+  return layout;
+}
+
+}  // namespace dflop

@@ -1,0 +1,610 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! The data-aware 3D parallelism search. For every split of the GPUs into
+//! encoder and LLM GPUs, every (tp, pp, dp) per module and every microbatch
+//! count, it prices the layers with the real data, splits them with the
+//! partitioner, rejects what does not fit in memory, ranks the rest by a fast
+//! analytic estimate and scores the most promising ones by packing, ordering
+//! and simulating sampled global batches — skipping any whose lower bound
+//! cannot beat the best found. The two baselines are chosen and scored in the
+//! same simulator with the same cost model, so the comparison is like for like.
+#pragma once
+
+#include <dflop/cost/cost_model.hpp>
+#include <dflop/cost/flops.hpp>
+#include <dflop/cost/memory_model.hpp>
+#include <dflop/cost/microbatch_shape.hpp>
+#include <dflop/cost/throughput_curve.hpp>
+#include <dflop/error.hpp>
+#include <dflop/model/multimodal_spec.hpp>
+#include <dflop/plan/batch_scheduler.hpp>
+#include <dflop/plan/cluster.hpp>
+#include <dflop/plan/layer_partitioner.hpp>
+#include <dflop/plan/pack/refined_packer.hpp>
+#include <dflop/plan/pack/sequential_packer.hpp>
+#include <dflop/plan/plan.hpp>
+#include <dflop/plan/plan_layout.hpp>
+#include <dflop/schedule/activations.hpp>
+#include <dflop/schedule/by_name.hpp>
+#include <dflop/schedule/concept.hpp>
+#include <dflop/sim/costs.hpp>
+#include <dflop/util/progress.hpp>
+#include <dflop/workload/sampling.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <sstream>
+#include <tuple>
+#include <vector>
+
+namespace dflop {
+
+//! Settings of a plan search.
+struct planner_options {
+  int global_batch = 512;                //!< samples per iteration
+  int batches = 4;                       //!< sampled global batches every candidate is scored on
+  std::uint64_t seed = 0;                //!< batch sampling and packing seed
+  batch_options batch;                   //!< per-batch policies (slot assignment, order, budget)
+  double memory_headroom = 0.10;         //!< fraction of GPU memory kept free (CUDA context, fragmentation)
+  std::vector<int> microbatch_counts;    //!< m values to try; empty: 1, 2, 3, 4, 6, 8, 12, 16, ... up to the batch
+  std::size_t max_simulated = 48;        //!< most candidates scored by simulation (0: no limit)
+  bool prune_by_bound = true;            //!< skip candidates whose lower bound cannot win
+  bool baselines = true;                 //!< also choose and score data_blind and dflop_reference
+  std::size_t baseline_attempts = 16;    //!< a baseline's choices tried before giving up on one that fits
+  double ideal_efficiency = throughput_curve{}.max_efficiency;  //!< best fraction of peak any kernel reaches
+  std::ostream* progress = nullptr;      //!< progress output (null: none)
+  bool progress_interactive = false;     //!< redraw in place (a terminal) or print lines
+};
+
+//! Searches plans for one model and cluster with the given policies.
+template <cost_model Cost, memory_model Memory, layer_partitioner Partitioner = min_max_layers,
+          packer Packer = refined_packer, schedule Schedule = named_schedule>
+class planner {
+public:
+  planner(multimodal_spec model, cluster_spec cluster, Cost cost, Memory memory, planner_options options = {},
+          Partitioner partitioner = {}, Packer pack_policy = {}, Schedule schedule_policy = {})
+      : model_(std::move(model)), cluster_(std::move(cluster)), cost_(std::move(cost)), memory_(std::move(memory)),
+        options_(std::move(options)), partitioner_(std::move(partitioner)), packer_(std::move(pack_policy)),
+        schedule_(std::move(schedule_policy)) {
+    validate_cluster(cluster_);
+    if (options_.global_batch < 1)
+      throw input_error("--global-batch", 0, "must be at least 1, got " + std::to_string(options_.global_batch));
+    if (options_.batches < 1)
+      throw input_error("--batches", 0, "must be at least 1, got " + std::to_string(options_.batches));
+    if (!(options_.memory_headroom >= 0 && options_.memory_headroom < 1))
+      throw input_error("memory_headroom", 0, "must be in [0, 1)");
+    for (int m : options_.microbatch_counts)
+      if (m < 1) throw input_error("microbatch_counts", 0, "every microbatch count must be >= 1");
+  }
+
+  //! Plans for `workload` (at least one global batch of samples). Throws
+  //! `infeasible_error` naming the closest configuration and its shortfall
+  //! when nothing fits in memory.
+  [[nodiscard]] plan make_plan(std::span<const sample> workload) {
+    const auto started = std::chrono::steady_clock::now();
+    if (workload.size() < static_cast<std::size_t>(options_.global_batch))
+      throw input_error("workload", 0,
+                        std::to_string(workload.size()) + " samples cannot fill a global batch of " +
+                            std::to_string(options_.global_batch));
+    batches_ = sample_batches(workload, static_cast<std::size_t>(options_.global_batch),
+                              static_cast<std::size_t>(options_.batches), batch_mode::without_replacement,
+                              options_.seed);
+    enumerate();
+
+    plan result;
+    result.model = model_.name;
+    result.cluster = cluster_;
+    result.global_batch = options_.global_batch;
+    result.batches = options_.batches;
+    result.schedule = std::string(schedule_.name());
+    result.ideal_seconds = ideal_seconds();
+
+    const auto best = search(result.search);
+    if (!best) throw infeasible_error(closest_miss_text());
+    result.chosen = *best;
+    result.memory = stage_memories(layout_of(best->config, partitioner_), tail_cache_);
+    if (options_.baselines) {
+      if (auto blind = baseline(false)) result.baselines.push_back(std::move(*blind));
+      if (auto reference = baseline(true)) result.baselines.push_back(std::move(*reference));
+    }
+    result.search.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return result;
+  }
+
+  //! The global batches candidates are scored on (after `make_plan`).
+  [[nodiscard]] const std::vector<std::vector<sample>>& sampled_batches() const noexcept { return batches_; }
+
+  //! Scores one configuration on the sampled batches exactly as the search does
+  //! (for tests and tools): mean simulated seconds, or nullopt when its tail
+  //! microbatches do not fit. Call after `make_plan`, or after `prepare(workload)`.
+  [[nodiscard]] std::optional<double> score(const parallel_config& config) {
+    const auto layout = layout_of(config, partitioner_);
+    tail_samples tails;
+    const double seconds = simulate_all(layout, packer_, options_.batch, &tails);
+    if (memory_shortfall(layout, tails) > 0) return std::nullopt;
+    return seconds;
+  }
+
+  //! Samples the batches and enumerates candidates without searching (for `score`).
+  void prepare(std::span<const sample> workload) {
+    batches_ = sample_batches(workload, static_cast<std::size_t>(options_.global_batch),
+                              static_cast<std::size_t>(options_.batches), batch_mode::without_replacement,
+                              options_.seed);
+    enumerate();
+  }
+
+  //! Every enumerated configuration (after `prepare` or `make_plan`).
+  [[nodiscard]] std::vector<parallel_config> candidates() const {
+    std::vector<parallel_config> configs;
+    configs.reserve(candidates_.size());
+    for (const auto& candidate : candidates_) configs.push_back(candidate.config);
+    return configs;
+  }
+
+  //! The layout (layer splits, op lists) of a chosen method's configuration.
+  [[nodiscard]] plan_layout layout_of(const method_result& chosen) {
+    if (chosen.method == "dflop") return layout_of(chosen.config, partitioner_);
+    return layout_of(chosen.config, even_layers{});
+  }
+
+  //! Schedules one global batch for the chosen plan exactly as it was scored.
+  [[nodiscard]] batch_schedule schedule_batch(const method_result& chosen, std::span<const sample> batch,
+                                              std::uint64_t seed = 0) {
+    batch_options options = options_.batch;
+    options.seed = seed;
+    batch_scheduler<Cost, Memory, Packer> scheduler(model_, cluster_, cost_, memory_, packer_);
+    return scheduler.schedule(layout_of(chosen), batch, options);
+  }
+
+private:
+  struct candidate {
+    parallel_config config;
+    double estimate = 0;     // analytic iteration time with mean microbatches
+    double lower_bound = 0;  // no simulated score of this configuration is below it
+  };
+
+  // The samples of the tail microbatches seen while scoring a configuration.
+  struct tail_samples {
+    std::vector<sample> llm;
+    std::vector<sample> encoder;
+  };
+
+  // ---------------------------------------------------------------- enumeration
+
+  [[nodiscard]] std::vector<int> microbatch_counts(int llm_dp) const {
+    const int most = options_.global_batch / llm_dp;
+    std::vector<int> counts;
+    if (!options_.microbatch_counts.empty()) {
+      for (int m : options_.microbatch_counts)
+        if (m <= most) counts.push_back(m);
+      return counts;
+    }
+    for (int base = 1; base <= most; base *= 2) {
+      counts.push_back(base);
+      if (base >= 2 && base + base / 2 <= most) counts.push_back(base + base / 2);
+    }
+    std::sort(counts.begin(), counts.end());
+    return counts;
+  }
+
+  void enumerate() {
+    candidates_.clear();
+    total_stage_cost_.clear();
+    mean_bins_.clear();
+    partitions_.clear();
+    const int gpus = cluster_.gpus;
+    for (int encoder_gpus = 1; encoder_gpus < gpus; ++encoder_gpus) {
+      const auto encoder_options = module_parallelisms(encoder_gpus, cluster_.gpus_per_node, model_.encoder.heads,
+                                                       static_cast<int>(model_.encoder.layers));
+      const auto llm_options = module_parallelisms(gpus - encoder_gpus, cluster_.gpus_per_node, model_.llm.kv_heads,
+                                                   static_cast<int>(model_.llm.layers));
+      for (const auto& encoder : encoder_options)
+        for (const auto& llm : llm_options)
+          for (int m : microbatch_counts(llm.dp)) {
+            candidate c{{encoder, llm, m}, 0, 0};
+            c.lower_bound = lower_bound(c.config);
+            c.estimate = estimate(c.config, partitioner_);
+            candidates_.push_back(c);
+          }
+    }
+    std::stable_sort(candidates_.begin(), candidates_.end(),
+                     [](const candidate& a, const candidate& b) { return a.estimate < b.estimate; });
+  }
+
+  // ---------------------------------------------------------------- pricing helpers
+
+  [[nodiscard]] std::int64_t layers_of(module_kind kind) const noexcept {
+    return kind == module_kind::encoder ? model_.encoder.layers : model_.llm.layers;
+  }
+
+  // Mean over the sampled batches of the whole batch as one microbatch, per (module, tp).
+  // With a fixed cost per microbatch (the throughput curve's), splitting a batch
+  // never makes the parts cheaper in sum, so stage totals of the whole batch bound any packing from below.
+  [[nodiscard]] const module_cost& batch_cost(module_kind kind, int tp) {
+    const auto key = std::make_pair(kind, tp);
+    if (auto found = total_stage_cost_.find(key); found != total_stage_cost_.end()) return found->second;
+    module_cost sum;
+    for (const auto& batch : batches_) {
+      const module_cost one = cost_.estimate_time(kind, tp, batch);
+      sum.layer = sum.layer + one.layer;
+      sum.embedding = sum.embedding + one.embedding;
+      sum.head = sum.head + one.head;
+    }
+    const double scale = 1.0 / static_cast<double>(batches_.size());
+    module_cost mean{scale * sum.layer, scale * sum.embedding, scale * sum.head};
+    return total_stage_cost_.emplace(key, mean).first->second;
+  }
+
+  // Expected cost of each layer (embedding on the first, head on the last), for the partitioner.
+  [[nodiscard]] std::vector<double> layer_costs(module_kind kind, int tp) {
+    const module_cost& cost = batch_cost(kind, tp);
+    std::vector<double> costs(static_cast<std::size_t>(layers_of(kind)), cost.layer.total());
+    costs.front() += cost.embedding.total();
+    costs.back() += cost.head.total();
+    return costs;
+  }
+
+  template <layer_partitioner P>
+  [[nodiscard]] module_plan module_plan_of(module_kind kind, const module_parallelism& degrees, const P& policy) {
+    const auto key = std::make_tuple(kind, degrees.tp, degrees.pp, std::string(policy.name()));
+    auto found = partitions_.find(key);
+    if (found == partitions_.end())
+      found = partitions_.emplace(key, policy.partition(layer_costs(kind, degrees.tp), static_cast<std::size_t>(degrees.pp)))
+                  .first;
+    return make_module_plan(degrees, found->second);
+  }
+
+  template <layer_partitioner P>
+  [[nodiscard]] plan_layout layout_of(const parallel_config& config, const P& policy) {
+    return make_plan_layout(config, module_plan_of(module_kind::encoder, config.encoder, policy),
+                            module_plan_of(module_kind::llm, config.llm, policy), schedule_);
+  }
+
+  // The mean cost of one of `parts` microbatches cut in arrival order from the first batch.
+  [[nodiscard]] const module_cost& mean_bin(module_kind kind, int tp, int parts) {
+    const auto key = std::make_tuple(kind, tp, parts);
+    if (auto found = mean_bins_.find(key); found != mean_bins_.end()) return found->second;
+    const auto& batch = batches_.front();
+    module_cost sum;
+    const std::size_t n = batch.size();
+    for (int part = 0; part < parts; ++part) {
+      const std::size_t begin = n * static_cast<std::size_t>(part) / static_cast<std::size_t>(parts);
+      const std::size_t end = n * static_cast<std::size_t>(part + 1) / static_cast<std::size_t>(parts);
+      const module_cost one = cost_.estimate_time(kind, tp, std::span<const sample>(batch).subspan(begin, end - begin));
+      sum.layer = sum.layer + one.layer;
+      sum.embedding = sum.embedding + one.embedding;
+      sum.head = sum.head + one.head;
+    }
+    const double scale = 1.0 / parts;
+    return mean_bins_.emplace(key, module_cost{scale * sum.layer, scale * sum.embedding, scale * sum.head}).first->second;
+  }
+
+  // Valid lower bound on any simulated iteration: some replica of every stage
+  // carries at least its share (1/dp) of the whole batch's work on that stage.
+  [[nodiscard]] double lower_bound(const parallel_config& config) {
+    double bound = 0;
+    for (module_kind kind : all_module_kinds) {
+      const module_parallelism& d = kind == module_kind::encoder ? config.encoder : config.llm;
+      const module_plan plan = module_plan_of(kind, d, partitioner_);
+      const module_cost& whole = batch_cost(kind, d.tp);
+      for (int s = 0; s < d.pp; ++s) bound = std::max(bound, whole.stage(plan.slice(s)).total() / d.dp);
+    }
+    return bound;
+  }
+
+  // 1F1B-shaped estimate with mean microbatches: fill and drain through every
+  // stage once, the bottleneck stage for the other m - 1, then the gradient sync.
+  template <layer_partitioner P>
+  [[nodiscard]] double estimate(const parallel_config& config, const P& policy) {
+    double sum = 0;
+    double slowest = 0;
+    double sync = 0;
+    for (module_kind kind : all_module_kinds) {
+      const module_parallelism& d = kind == module_kind::encoder ? config.encoder : config.llm;
+      const module_plan plan = module_plan_of(kind, d, policy);
+      // An encoder replica's microbatch for a slot is its share of that slot's
+      // samples: the batch cut into encoder.dp x m parts; an LLM bin is one of llm.dp x m.
+      const module_cost& bin = mean_bin(kind, d.tp, d.dp * config.microbatches);
+      const rank_layout ranks(config, cluster_);
+      for (int s = 0; s < d.pp; ++s) {
+        const double time = bin.stage(plan.slice(s)).total();
+        sum += time;
+        slowest = std::max(slowest, time);
+        const double bytes = static_cast<double>(memory_.estimate_memory(kind, d.tp, plan.slice(s), 0, {}).gradients);
+        sync = std::max(sync, ring_allreduce_seconds(bytes, static_cast<std::uint32_t>(d.dp), ranks.gradient_link(kind, s)));
+      }
+    }
+    return sum + (config.microbatches - 1) * slowest + sync;
+  }
+
+  // ---------------------------------------------------------------- memory
+
+  [[nodiscard]] double capacity() const noexcept {
+    return static_cast<double>(cluster_.gpu.memory_bytes) * (1.0 - options_.memory_headroom);
+  }
+
+  // Memory of every stage with the tail microbatches and the schedule's in-flight peaks.
+  [[nodiscard]] std::vector<stage_memory> stage_memories(const plan_layout& layout, const tail_samples& tails) const {
+    const auto peaks = peak_activations(layout.schedule);
+    std::vector<stage_memory> memories;
+    for (module_kind kind : all_module_kinds) {
+      const module_plan& plan = kind == module_kind::encoder ? layout.encoder : layout.llm;
+      const auto& tail = kind == module_kind::encoder ? tails.encoder : tails.llm;
+      for (int s = 0; s < plan.degrees.pp; ++s) {
+        const int in_flight = static_cast<int>(peaks[static_cast<std::size_t>(layout.position(kind, s))]);
+        memories.push_back(
+            {kind, s, in_flight, memory_.estimate_memory(kind, plan.degrees.tp, plan.slice(s), in_flight, tail)});
+      }
+    }
+    return memories;
+  }
+
+  // Bytes by which the worst stage exceeds usable memory (<= 0: fits).
+  [[nodiscard]] double memory_shortfall(const plan_layout& layout, const tail_samples& tails) const {
+    double worst = -std::numeric_limits<double>::infinity();
+    for (const auto& stage : stage_memories(layout, tails))
+      worst = std::max(worst, static_cast<double>(stage.bytes.total()) - capacity());
+    return worst;
+  }
+
+  void note_miss(const parallel_config& config, double shortfall) {
+    if (shortfall > 0 && (!closest_miss_ || shortfall < closest_miss_->second)) closest_miss_ = {config, shortfall};
+  }
+
+  [[nodiscard]] std::string closest_miss_text() const {
+    std::string text = "no configuration of " + model_.name + " on " + std::to_string(cluster_.gpus) + " x " +
+                       cluster_.gpu.name + " fits in memory (" + detail::format_fixed(capacity() / (1 << 30), 1) +
+                       " GiB usable per GPU)";
+    if (closest_miss_) {
+      std::ostringstream config;
+      config << closest_miss_->first;
+      text += "; closest: " + config.str() + ", short by " +
+              detail::format_fixed(closest_miss_->second / (1 << 30), 2) + " GiB on its fullest stage";
+    }
+    return text;
+  }
+
+  // ---------------------------------------------------------------- scoring
+
+  // Mean simulated seconds over the sampled batches; collects the p99 microbatches.
+  template <packer P>
+  double simulate_all(const plan_layout& layout, const P& pack_policy, batch_options options, tail_samples* tails) {
+    batch_scheduler<Cost, Memory, P> scheduler(model_, cluster_, cost_, memory_, pack_policy);
+    batch_schedule schedule;
+    double total = 0;
+    std::vector<std::pair<std::int64_t, std::vector<sample>>> llm_bins;
+    std::vector<std::pair<std::int64_t, std::vector<sample>>> encoder_parts;
+    for (std::size_t b = 0; b < batches_.size(); ++b) {
+      options.seed = options_.seed + b;
+      scheduler.schedule(layout, batches_[b], options, schedule);
+      total += schedule.predicted_seconds;
+      if (tails == nullptr) continue;
+      collect(batches_[b], schedule.llm_microbatches, &sample::llm_tokens, llm_bins);
+      collect(batches_[b], schedule.encoder_parts, &sample::encoder_tokens, encoder_parts);
+    }
+    if (tails != nullptr) {
+      tails->llm = p99_members(llm_bins);
+      tails->encoder = p99_members(encoder_parts);
+    }
+    return total / static_cast<double>(batches_.size());
+  }
+
+  static void collect(const std::vector<sample>& batch, const std::vector<std::vector<std::uint32_t>>& groups,
+                      std::int64_t sample::*field, std::vector<std::pair<std::int64_t, std::vector<sample>>>& out) {
+    for (const auto& group : groups) {
+      std::pair<std::int64_t, std::vector<sample>> entry{0, {}};
+      for (std::uint32_t i : group) {
+        entry.first += batch[i].*field;
+        entry.second.push_back(batch[i]);
+      }
+      out.push_back(std::move(entry));
+    }
+  }
+
+  // The group at the 99th percentile (nearest rank) of token counts.
+  static std::vector<sample> p99_members(std::vector<std::pair<std::int64_t, std::vector<sample>>>& groups) {
+    if (groups.empty()) return {};
+    std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    const auto rank = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(groups.size()) - 1e-9));
+    return groups[std::max<std::size_t>(rank, 1) - 1].second;
+  }
+
+  // A typical microbatch (the median arrival-order chunk) per module, to reject
+  // configurations whose activations cannot fit before simulating them.
+  [[nodiscard]] tail_samples typical_microbatches(const parallel_config& config) const {
+    const auto& batch = batches_.front();
+    tail_samples typical;
+    const auto chunk = [&](int parts) {
+      const std::size_t size = std::max<std::size_t>(1, batch.size() / static_cast<std::size_t>(parts));
+      return std::vector<sample>(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(size));
+    };
+    typical.llm = chunk(config.bins());
+    // An encoder part holds a slot's encoder samples for llm.dp bins split over encoder.dp replicas.
+    typical.encoder = chunk(std::max(1, config.encoder.dp * config.microbatches));
+    return typical;
+  }
+
+  [[nodiscard]] std::optional<method_result> search(search_statistics& statistics) {
+    statistics.candidates = candidates_.size();
+    std::optional<method_result> best;
+    progress_bar bar(options_.progress, "planning", candidates_.size(), options_.progress_interactive);
+    for (const candidate& c : candidates_) {
+      bar.advance();
+      if (best && options_.prune_by_bound && c.lower_bound >= best->iteration_seconds) {
+        ++statistics.bound_pruned;
+        continue;
+      }
+      if (options_.max_simulated != 0 && statistics.simulated >= options_.max_simulated) {
+        ++statistics.over_budget;
+        continue;
+      }
+      const plan_layout layout = layout_of(c.config, partitioner_);
+      const double quick_shortfall = memory_shortfall(layout, typical_microbatches(c.config));
+      if (quick_shortfall > 0) {
+        ++statistics.memory_rejected;
+        note_miss(c.config, quick_shortfall);
+        continue;
+      }
+      tail_samples tails;
+      const double seconds = simulate_all(layout, packer_, options_.batch, &tails);
+      ++statistics.simulated;
+      const double shortfall = memory_shortfall(layout, tails);
+      if (shortfall > 0) {
+        ++statistics.memory_rejected;
+        note_miss(c.config, shortfall);
+        continue;
+      }
+      if (!best || seconds < best->iteration_seconds) {
+        best = method_result{"dflop", c.config, layout.encoder, layout.llm, c.estimate, seconds, true, 0, 0};
+        best->peak_memory_gib = peak_gib(stage_memories(layout, tails));
+        tail_cache_ = std::move(tails);
+      }
+    }
+    bar.finish();
+    return best;
+  }
+
+  [[nodiscard]] static double peak_gib(const std::vector<stage_memory>& stages) {
+    double peak = 0;
+    for (const auto& stage : stages) peak = std::max(peak, static_cast<double>(stage.bytes.total()));
+    return peak / (1 << 30);
+  }
+
+  // ---------------------------------------------------------------- baselines
+
+  // The mean sample of the sampled batches (what data-blind planners reason with).
+  [[nodiscard]] sample mean_sample() const {
+    double items = 0, encoder_tokens = 0, llm_tokens = 0, count = 0;
+    for (const auto& batch : batches_)
+      for (const sample& s : batch) {
+        items += static_cast<double>(s.encoder_items);
+        encoder_tokens += static_cast<double>(s.encoder_tokens);
+        llm_tokens += static_cast<double>(s.llm_tokens);
+        ++count;
+      }
+    sample mean{"mean", modality::image, std::llround(items / count), std::llround(encoder_tokens / count),
+                std::max<std::int64_t>(1, std::llround(llm_tokens / count))};
+    if (mean.encoder_items == 0) mean.kind = modality::text, mean.encoder_tokens = 0;
+    return mean;
+  }
+
+  // Data-blind choices (both baselines), best first by the method's own model:
+  // even layer split, (m + S - 1) x slowest stage with mean-sample microbatches,
+  // keeping what its memory model accepts. `reference` = the DFLOP reference's
+  // memory model, which ignores how many microbatches 1F1B keeps in flight.
+  [[nodiscard]] std::vector<method_result> rank_by_mean(bool reference) {
+    const sample mean = mean_sample();
+    std::vector<method_result> ranked;
+    for (const candidate& c : candidates_) {
+      const parallel_config& config = c.config;
+      const plan_layout layout = layout_of(config, even_layers{});
+      const auto per_bin = static_cast<std::size_t>(
+          std::max(1L, std::lround(static_cast<double>(options_.global_batch) / config.bins())));
+      const auto per_encoder_part = static_cast<std::size_t>(std::max(
+          1L, std::lround(static_cast<double>(options_.global_batch) / (config.encoder.dp * config.microbatches))));
+      tail_samples mean_microbatches{std::vector<sample>(per_bin, mean), std::vector<sample>(per_encoder_part, mean)};
+      const double shortfall = reference ? reference_memory_shortfall(layout, mean_microbatches)
+                                         : memory_shortfall(layout, mean_microbatches);
+      if (shortfall > 0) continue;
+      const module_cost encoder = cost_.estimate_time(module_kind::encoder, config.encoder.tp, mean_microbatches.encoder);
+      const module_cost llm = cost_.estimate_time(module_kind::llm, config.llm.tp, mean_microbatches.llm);
+      double slowest = 0;
+      for (int s = 0; s < config.encoder.pp; ++s) slowest = std::max(slowest, encoder.stage(layout.encoder.slice(s)).total());
+      for (int s = 0; s < config.llm.pp; ++s) slowest = std::max(slowest, llm.stage(layout.llm.slice(s)).total());
+      const double estimate = (config.microbatches + config.stages() - 1) * slowest;
+      ranked.push_back(method_result{reference ? "dflop_reference" : "data_blind", config, layout.encoder, layout.llm,
+                                     estimate, 0, true, 0, 0});
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const method_result& a, const method_result& b) { return a.estimated_seconds < b.estimated_seconds; });
+    return ranked;
+  }
+
+  // The method's first choice that really fits (a user whose run runs out of
+  // memory moves on to the next choice); nullopt when none of the first
+  // `baseline_attempts` does.
+  [[nodiscard]] std::optional<method_result> baseline(bool reference) {
+    std::size_t out_of_memory = 0;
+    for (method_result& choice : rank_by_mean(reference)) {
+      if (out_of_memory >= options_.baseline_attempts) break;
+      choice = score_baseline(std::move(choice));
+      if (choice.fits_memory) {
+        choice.out_of_memory_attempts = out_of_memory;
+        return choice;
+      }
+      ++out_of_memory;
+    }
+    return std::nullopt;
+  }
+
+  [[nodiscard]] double reference_memory_shortfall(const plan_layout& layout, const tail_samples& microbatches) const {
+    double worst = -std::numeric_limits<double>::infinity();
+    for (module_kind kind : all_module_kinds) {
+      const module_plan& plan = kind == module_kind::encoder ? layout.encoder : layout.llm;
+      const auto& samples = kind == module_kind::encoder ? microbatches.encoder : microbatches.llm;
+      for (int s = 0; s < plan.degrees.pp; ++s)
+        worst = std::max(worst, static_cast<double>(
+                                    memory_.estimate_memory(kind, plan.degrees.tp, plan.slice(s), 1, samples).total()) -
+                                    capacity());
+    }
+    return worst;
+  }
+
+  [[nodiscard]] method_result score_baseline(method_result choice) {
+    const plan_layout layout = layout_of(choice.config, even_layers{});
+    batch_options options = options_.batch;
+    options.assignment = slot_assignment::round_robin;
+    options.order = order_policy::identity;
+    tail_samples tails;
+    if (choice.method == "data_blind")
+      choice.iteration_seconds = simulate_all(layout, sequential_packer{}, options, &tails);
+    else
+      choice.iteration_seconds = simulate_all(layout, refined_packer{}, options, &tails);
+    const auto memories = stage_memories(layout, tails);
+    choice.peak_memory_gib = peak_gib(memories);
+    choice.fits_memory = memory_shortfall(layout, tails) <= 0;
+    return choice;
+  }
+
+  // ---------------------------------------------------------------- ideal
+
+  // Training FLOPs of the mean sampled batch over every GPU at the best efficiency.
+  [[nodiscard]] double ideal_seconds() const {
+    double flops = 0;
+    for (const auto& batch : batches_)
+      for (module_kind kind : all_module_kinds) {
+        const microbatch_shape shape = shape_of(kind, batch);
+        const double layers = static_cast<double>(layers_of(kind));
+        flops += layers * part_forward_flops(model_, {kind, module_part::layer}, shape) +
+                 part_forward_flops(model_, {kind, module_part::embedding}, shape) +
+                 part_forward_flops(model_, {kind, module_part::head}, shape);
+      }
+    flops *= (1.0 + backward_flops_ratio(false)) / static_cast<double>(batches_.size());
+    return flops / (cluster_.gpus * cluster_.gpu.peak_flops * options_.ideal_efficiency);
+  }
+
+  multimodal_spec model_;
+  cluster_spec cluster_;
+  Cost cost_;
+  Memory memory_;
+  planner_options options_;
+  Partitioner partitioner_;
+  Packer packer_;
+  Schedule schedule_;
+
+  std::vector<std::vector<sample>> batches_;
+  std::vector<candidate> candidates_;
+  std::map<std::pair<module_kind, int>, module_cost> total_stage_cost_;
+  std::map<std::tuple<module_kind, int, int>, module_cost> mean_bins_;
+  std::map<std::tuple<module_kind, int, int, std::string>, layer_partition> partitions_;
+  std::optional<std::pair<parallel_config, double>> closest_miss_;
+  tail_samples tail_cache_;
+};
+
+}  // namespace dflop
