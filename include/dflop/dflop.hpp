@@ -16,3 +16,4 @@
 #include <dflop/plan.hpp>
 #include <dflop/schedule.hpp>
 #include <dflop/sim.hpp>
+#include <dflop/pipeline.hpp>

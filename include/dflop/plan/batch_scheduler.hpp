@@ -10,6 +10,7 @@
 #include <dflop/cost/cost_model.hpp>
 #include <dflop/cost/memory_model.hpp>
 #include <dflop/model/multimodal_spec.hpp>
+#include <dflop/plan/batch_options.hpp>
 #include <dflop/plan/batch_schedule.hpp>
 #include <dflop/plan/pack/cost_matrix.hpp>
 #include <dflop/plan/pack/packer.hpp>
@@ -25,27 +26,6 @@
 #include <vector>
 
 namespace dflop {
-
-//! How packed bins become (LLM replica, slot) microbatches.
-enum class slot_assignment : std::uint8_t {
-  //! The reference system's rule: bin i goes to replica i mod dp, slot i div dp.
-  round_robin,
-  //! dflop: bins grouped into slots so each slot's summed encoder work is even
-  //! (the encoder runs a slot for all LLM replicas at once), then spread over
-  //! replicas so each replica's LLM total is even.
-  balanced,
-};
-
-//! Per-batch choices besides the packer.
-struct batch_options {
-  slot_assignment assignment = slot_assignment::balanced;  //!< bins -> (replica, slot)
-  order_policy order = order_policy::neh;                  //!< slot order policy
-  std::size_t order_budget = 64;                           //!< simulations the `neh` order may spend
-  std::uint64_t seed = 0;                                  //!< packer seed
-  //! Fraction of a split backward that is weight-gradient work (ZB schedules):
-  //! in a linear layer the input and weight gradients cost the same.
-  double weight_gradient_share = 0.5;
-};
 
 //! Schedules global batches for one layout. Holds reusable scratch: one per thread.
 template <cost_model Cost, memory_model Memory, packer Packer>

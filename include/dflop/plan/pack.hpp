@@ -6,6 +6,7 @@
 
 #include <dflop/plan/pack/cost_matrix.hpp>
 #include <dflop/plan/pack/exact_packer.hpp>
+#include <dflop/plan/pack/from_assignment.hpp>
 #include <dflop/plan/pack/karmarkar_karp_packer.hpp>
 #include <dflop/plan/pack/lower_bound.hpp>
 #include <dflop/plan/pack/lpt_packer.hpp>

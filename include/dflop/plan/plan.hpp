@@ -8,6 +8,8 @@
 
 #include <dflop/cost/memory_model.hpp>
 #include <dflop/model/module_kind.hpp>
+#include <dflop/model/multimodal_spec.hpp>
+#include <dflop/plan/batch_options.hpp>
 #include <dflop/plan/cluster.hpp>
 #include <dflop/plan/module_plan.hpp>
 #include <dflop/plan/parallel_config.hpp>
@@ -61,6 +63,8 @@ struct search_statistics {
 //! The plan for one model, cluster and workload.
 struct plan {
   std::string model;                   //!< model name
+  multimodal_spec model_spec;          //!< the model's shapes (per-batch scheduling prices with them)
+  batch_options batch;                 //!< per-batch policies the plan was scored with
   cluster_spec cluster;                //!< where it runs
   int global_batch = 0;                //!< samples per iteration
   int batches = 0;                     //!< sampled global batches it was scored on

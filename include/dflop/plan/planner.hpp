@@ -99,6 +99,8 @@ public:
 
     plan result;
     result.model = model_.name;
+    result.model_spec = model_;
+    result.batch = options_.batch;
     result.cluster = cluster_;
     result.global_batch = options_.global_batch;
     result.batches = options_.batches;

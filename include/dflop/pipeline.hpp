@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! The compile-time composition of dflop's policies. `dflop::pipeline<>` is a
+//! good default; override one policy at a time:
+//!
+//!     using my_pipeline = dflop::pipeline<dflop::table_cost_model>;          // profiled costs
+//!     auto plan  = my_pipeline::make_plan(workload, model, cluster);          // once per run
+//!     auto batch = my_pipeline::schedule_batch(plan, samples);                // every iteration
+//!
+//! Each parameter is checked against its concept with a message that says
+//! what the policy is missing.
+#pragma once
+
+#include <dflop/cost/analytic_memory_model.hpp>
+#include <dflop/cost/cost_model.hpp>
+#include <dflop/cost/flops_cost_model.hpp>
+#include <dflop/cost/memory_model.hpp>
+#include <dflop/plan/batch_scheduler.hpp>
+#include <dflop/plan/layer_partitioner.hpp>
+#include <dflop/plan/pack/packer.hpp>
+#include <dflop/plan/pack/refined_packer.hpp>
+#include <dflop/plan/plan.hpp>
+#include <dflop/plan/plan_layout.hpp>
+#include <dflop/plan/planner.hpp>
+#include <dflop/schedule/concept.hpp>
+#include <dflop/schedule/one_f_one_b.hpp>
+
+#include <concepts>
+#include <span>
+
+namespace dflop {
+
+//! A data-aware training pipeline type: how samples are priced (`CostModel`),
+//! how layers are split into stages (`Partitioner`), how batches are packed
+//! into microbatches (`Packer`), which pipeline schedule runs (`Schedule`), and
+//! how memory is counted (`MemoryModel`).
+template <class CostModel = flops_cost_model, class Partitioner = min_max_layers, class Packer = refined_packer,
+          class Schedule = one_f_one_b, class MemoryModel = analytic_memory_model>
+struct pipeline {
+  static_assert(cost_model<CostModel>,
+                "dflop::pipeline: CostModel must model dflop::cost_model, i.e. have a const member "
+                "`dflop::module_cost estimate_time(dflop::module_kind, int tp, std::span<const dflop::sample>) const`");
+  static_assert(layer_partitioner<Partitioner>,
+                "dflop::pipeline: Partitioner must model dflop::layer_partitioner: default-constructible, with "
+                "`name()` and `dflop::layer_partition partition(std::span<const double> layer_costs, std::size_t stages) const`");
+  static_assert(packer<Packer>,
+                "dflop::pipeline: Packer must model dflop::packer: default-constructible, with a static `name` and "
+                "`void pack(const cost_matrix&, std::size_t bins, const pack_options&, pack_workspace&, packing&) const`");
+  static_assert(schedule<Schedule>,
+                "dflop::pipeline: Schedule must model dflop::schedule: copyable, with `name()` and "
+                "`dflop::pipeline_schedule make(const dflop::schedule_shape&) const`");
+  static_assert(memory_model<MemoryModel>,
+                "dflop::pipeline: MemoryModel must model dflop::memory_model, i.e. have `dflop::memory_breakdown "
+                "estimate_memory(module_kind, int tp, stage_slice, int in_flight, std::span<const sample>) const`");
+
+  using cost_model_type = CostModel;       //!< prices microbatches
+  using partitioner_type = Partitioner;    //!< splits layers into stages
+  using packer_type = Packer;              //!< packs batches into microbatches
+  using schedule_type = Schedule;          //!< orders each rank's ops
+  using memory_model_type = MemoryModel;   //!< counts bytes per stage
+  //! The planner this pipeline composes.
+  using planner_type = planner<CostModel, MemoryModel, Partitioner, Packer, Schedule>;
+
+  //! Plans with cost and memory models built from the model and the GPU
+  //! (`CostModel(model, gpu)`, `MemoryModel(model)`).
+  [[nodiscard]] static plan make_plan(std::span<const sample> workload, const multimodal_spec& model,
+                                      const cluster_spec& cluster, planner_options options = {})
+    requires std::constructible_from<CostModel, const multimodal_spec&, const gpu_spec&> &&
+             std::constructible_from<MemoryModel, const multimodal_spec&>
+  {
+    return make_plan(workload, model, cluster, CostModel(model, cluster.gpu), MemoryModel(model), std::move(options));
+  }
+
+  //! Plans with the given cost and memory model instances (profiled tables, fitted models...).
+  [[nodiscard]] static plan make_plan(std::span<const sample> workload, const multimodal_spec& model,
+                                      const cluster_spec& cluster, CostModel cost, MemoryModel memory,
+                                      planner_options options = {}) {
+    planner_type search(model, cluster, std::move(cost), std::move(memory), std::move(options));
+    return search.make_plan(workload);
+  }
+
+  //! Packs, orders and prices one global batch for `chosen` (every iteration).
+  [[nodiscard]] static batch_schedule schedule_batch(const plan& chosen, std::span<const sample> samples,
+                                                     const CostModel& cost, const MemoryModel& memory,
+                                                     std::uint64_t seed = 0) {
+    const plan_layout layout =
+        make_plan_layout(chosen.chosen.config, chosen.chosen.encoder, chosen.chosen.llm, Schedule{});
+    batch_options options = chosen.batch;
+    options.seed = seed;
+    batch_scheduler<CostModel, MemoryModel, Packer> scheduler(chosen.model_spec, chosen.cluster, cost, memory);
+    return scheduler.schedule(layout, samples, options);
+  }
+
+  //! `schedule_batch` with cost and memory models built from the plan's model and GPU.
+  [[nodiscard]] static batch_schedule schedule_batch(const plan& chosen, std::span<const sample> samples,
+                                                     std::uint64_t seed = 0)
+    requires std::constructible_from<CostModel, const multimodal_spec&, const gpu_spec&> &&
+             std::constructible_from<MemoryModel, const multimodal_spec&>
+  {
+    return schedule_batch(chosen, samples, CostModel(chosen.model_spec, chosen.cluster.gpu),
+                          MemoryModel(chosen.model_spec), seed);
+  }
+};
+
+}  // namespace dflop

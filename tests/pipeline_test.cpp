@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "plan_test_support.hpp"
+
+#include <dflop/cost/microbatch_shape.hpp>
+#include <dflop/pipeline.hpp>
+#include <dflop/plan/pack/from_assignment.hpp>
+#include <dflop/schedule/gpipe.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <numeric>
+
+namespace {
+
+//! A user cost model: time proportional to tokens (and attention), nothing else.
+struct token_cost_model {
+  token_cost_model(const dflop::multimodal_spec&, const dflop::gpu_spec&) {}
+  dflop::module_cost estimate_time(dflop::module_kind kind, int tp, std::span<const dflop::sample> microbatch) const {
+    const auto shape = dflop::shape_of(kind, microbatch);
+    const double seconds = (shape.tokens * 1e-6 + shape.squared_tokens * 1e-11) / tp;
+    return {{seconds, 2 * seconds}, {seconds / 10, seconds / 5}, {seconds / 4, seconds / 2}};
+  }
+};
+static_assert(dflop::cost_model<token_cost_model>);
+
+//! A user packer: round-robin over samples sorted by their summed cost.
+struct sorted_round_robin_packer {
+  static constexpr std::string_view name = "sorted-round-robin";
+  void pack(const dflop::cost_matrix& costs, std::size_t bins, const dflop::pack_options&, dflop::pack_workspace&,
+            dflop::packing& result) const {
+    std::vector<std::size_t> order(costs.samples());
+    std::iota(order.begin(), order.end(), 0);
+    const auto total = [&](std::size_t i) {
+      const auto row = costs.row(i);
+      return std::accumulate(row.begin(), row.end(), 0.0);
+    };
+    std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return total(a) > total(b); });
+    std::vector<std::size_t> bin_of(costs.samples());
+    for (std::size_t rank = 0; rank < order.size(); ++rank) bin_of[order[rank]] = rank % bins;
+    dflop::packing_from_assignment(costs, bins, bin_of, result);
+  }
+};
+static_assert(dflop::packer<sorted_round_robin_packer>);
+
+dflop::planner_options quick_options() {
+  dflop::planner_options options;
+  options.global_batch = 32;
+  options.batches = 2;
+  options.baselines = false;
+  options.batch.order_budget = 8;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("the default pipeline composes the shipped policies", "[pipeline]") {
+  using default_pipeline = dflop::pipeline<>;
+  STATIC_REQUIRE(std::is_same_v<default_pipeline::cost_model_type, dflop::flops_cost_model>);
+  STATIC_REQUIRE(std::is_same_v<default_pipeline::packer_type, dflop::refined_packer>);
+  STATIC_REQUIRE(std::is_same_v<default_pipeline::partitioner_type, dflop::min_max_layers>);
+  STATIC_REQUIRE(std::is_same_v<default_pipeline::schedule_type, dflop::one_f_one_b>);
+
+  const auto model = dflop::test::small_model();
+  const auto cluster = dflop::test::small_cluster(8, 4);
+  const auto workload = dflop::test::small_workload();
+  const auto plan = default_pipeline::make_plan(workload, model, cluster, quick_options());
+  CHECK(plan.schedule == "1f1b");
+
+  // schedule_batch reproduces the planner's prediction for a batch it scored.
+  dflop::planner<dflop::flops_cost_model, dflop::analytic_memory_model, dflop::min_max_layers, dflop::refined_packer,
+                 dflop::one_f_one_b>
+      search(model, cluster, dflop::flops_cost_model(model, cluster.gpu), dflop::analytic_memory_model(model),
+             quick_options());
+  const auto same = search.make_plan(workload);
+  double mean = 0;
+  for (std::size_t b = 0; b < search.sampled_batches().size(); ++b)
+    mean += default_pipeline::schedule_batch(plan, search.sampled_batches()[b], quick_options().seed + b)
+                .predicted_seconds;
+  mean /= static_cast<double>(search.sampled_batches().size());
+  CHECK(mean == Approx(plan.chosen.iteration_seconds).epsilon(1e-12));
+  CHECK(same.chosen == plan.chosen);
+}
+
+TEST_CASE("a user-defined cost model and packer plug into the pipeline type", "[pipeline]") {
+  using user_pipeline = dflop::pipeline<token_cost_model, dflop::even_layers, sorted_round_robin_packer, dflop::gpipe>;
+  const auto model = dflop::test::small_model();
+  const auto cluster = dflop::test::small_cluster(8, 4);
+  const auto workload = dflop::test::small_workload();
+  const auto plan = user_pipeline::make_plan(workload, model, cluster, quick_options());
+  CHECK(plan.schedule == "gpipe");
+  const auto batch = dflop::sample_batch(workload, 32, dflop::batch_mode::without_replacement, 9);
+  const auto scheduled = user_pipeline::schedule_batch(plan, batch);
+
+  // Every sample lands in exactly one LLM microbatch; none is empty.
+  std::vector<int> seen(batch.size(), 0);
+  for (const auto& microbatch : scheduled.llm_microbatches) {
+    CHECK_FALSE(microbatch.empty());
+    for (auto i : microbatch) ++seen[i];
+  }
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int count) { return count == 1; }));
+  CHECK(scheduled.predicted_seconds > 0);
+  // Even layer split: the user's partitioner was used.
+  const auto& llm = plan.chosen.llm;
+  for (int s = 0; s + 1 < llm.degrees.pp; ++s) CHECK(llm.slice(s).layers >= llm.slice(s + 1).layers);
+}

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "plan_test_support.hpp"
+
+#include <dflop/cost/analytic_memory_model.hpp>
+#include <dflop/cost/flops_cost_model.hpp>
+#include <dflop/plan/plan_json.hpp>
+#include <dflop/plan/planner.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <set>
+
+using dflop::analytic_memory_model;
+using dflop::flops_cost_model;
+using dflop::parallel_config;
+using small_planner = dflop::planner<flops_cost_model, analytic_memory_model>;
+
+namespace {
+
+small_planner make_planner(const dflop::multimodal_spec& model, const dflop::cluster_spec& cluster,
+                           dflop::planner_options options) {
+  return small_planner(model, cluster, flops_cost_model(model, cluster.gpu), analytic_memory_model(model), options);
+}
+
+dflop::planner_options small_options() {
+  dflop::planner_options options;
+  options.global_batch = 32;
+  options.batches = 2;
+  options.seed = 5;
+  options.baselines = false;
+  options.batch.order_budget = 8;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("module degrees enumerate exactly the valid (tp, pp, dp) triples", "[plan]") {
+  for (int gpus = 1; gpus <= 24; ++gpus)
+    for (int per_node : {1, 2, 4, 8}) {
+      const auto found = dflop::module_parallelisms(gpus, per_node, 12, 6);
+      std::set<std::tuple<int, int, int>> expected;
+      for (int tp = 1; tp <= gpus; ++tp)
+        for (int pp = 1; pp <= gpus; ++pp)
+          for (int dp = 1; dp <= gpus; ++dp)
+            if (tp * pp * dp == gpus && per_node % tp == 0 && 12 % tp == 0 && pp <= 6) expected.insert({tp, pp, dp});
+      std::set<std::tuple<int, int, int>> got;
+      for (const auto& d : found) got.insert({d.tp, d.pp, d.dp});
+      CHECK(got == expected);
+      CHECK(got.size() == found.size());
+    }
+}
+
+TEST_CASE("the pruned search returns the brute-force best on a small cluster", "[plan]") {
+  const auto model = dflop::test::small_model();
+  const auto cluster = dflop::test::small_cluster(8, 4, 24);
+  const auto workload = dflop::test::small_workload();
+  auto options = small_options();
+  options.max_simulated = 0;  // no budget: only the (valid) bound may skip candidates
+
+  auto brute = make_planner(model, cluster, options);
+  brute.prepare(workload);
+  double best = std::numeric_limits<double>::infinity();
+  parallel_config best_config;
+  std::size_t feasible = 0;
+  for (const parallel_config& config : brute.candidates())
+    if (auto seconds = brute.score(config)) {
+      ++feasible;
+      if (*seconds < best) best = *seconds, best_config = config;
+    }
+  REQUIRE(feasible > 0);
+  REQUIRE(feasible < brute.candidates().size());  // the 24 GiB GPU rules some out: memory is exercised
+
+  auto pruned = make_planner(model, cluster, options);
+  const auto result = pruned.make_plan(workload);
+  CHECK(result.chosen.iteration_seconds == Approx(best).epsilon(1e-12));
+  CHECK(result.chosen.config == best_config);
+  CHECK(result.search.bound_pruned > 0);
+  CHECK(result.search.simulated < result.search.candidates);
+
+  // The default budget still finds it on this small case.
+  auto budgeted = make_planner(model, cluster, small_options());
+  CHECK(budgeted.make_plan(workload).chosen.iteration_seconds == Approx(best).epsilon(1e-12));
+}
+
+TEST_CASE("plans are deterministic for a seed", "[plan]") {
+  const auto model = dflop::test::small_model();
+  const auto cluster = dflop::test::small_cluster(8, 4);
+  const auto workload = dflop::test::small_workload();
+  auto options = small_options();
+  options.baselines = true;
+  auto first = make_planner(model, cluster, options).make_plan(workload);
+  auto second = make_planner(model, cluster, options).make_plan(workload);
+  CHECK(first.chosen == second.chosen);
+  CHECK(first.memory == second.memory);
+  CHECK(first.baselines == second.baselines);
+  CHECK(first.ideal_seconds == second.ideal_seconds);
+}
+
+TEST_CASE("the plan beats both baselines and never beats the ideal", "[plan]") {
+  const auto model = dflop::test::small_model();
+  const auto cluster = dflop::test::small_cluster(16, 8);
+  const auto workload = dflop::test::small_workload(600, 3);
+  auto options = small_options();
+  options.global_batch = 64;
+  options.baselines = true;
+  const auto result = make_planner(model, cluster, options).make_plan(workload);
+  REQUIRE(result.baselines.size() == 2);
+  for (const auto& baseline : result.baselines) {
+    INFO(baseline.method);
+    CHECK(baseline.fits_memory);
+    CHECK(result.chosen.iteration_seconds <= baseline.iteration_seconds * (1 + 1e-12));
+  }
+  CHECK(result.ideal_seconds < result.chosen.iteration_seconds);
+  CHECK(result.chosen.config.gpus() == 16);
+  const auto json = dflop::to_json(result);
+  for (const char* key : {"config", "iteration_seconds", "samples_per_second", "memory_gib", "ideal_seconds", "baselines"})
+    CHECK(json.contains(key));
+  CHECK(json["baselines"].contains("data_blind"));
+  CHECK(json["baselines"].contains("dflop_reference"));
+  CHECK(json["config"]["llm"]["layers"].size() == static_cast<std::size_t>(result.chosen.config.llm.pp));
+}
+
+TEST_CASE("memory of the chosen plan fits and counts in-flight microbatches", "[plan]") {
+  const auto model = dflop::test::small_model();
+  const auto cluster = dflop::test::small_cluster(8, 4, 24);
+  const auto workload = dflop::test::small_workload();
+  const auto result = make_planner(model, cluster, small_options()).make_plan(workload);
+  const double usable = 24.0 * (1 << 30) * 0.9;
+  REQUIRE(result.memory.size() == static_cast<std::size_t>(result.chosen.config.stages()));
+  for (std::size_t p = 0; p < result.memory.size(); ++p) {
+    CHECK(static_cast<double>(result.memory[p].bytes.total()) <= usable);
+    // 1F1B: position p of S keeps min(S - p, m) microbatches in flight.
+    const int stages = result.chosen.config.stages();
+    CHECK(result.memory[p].in_flight == std::min(stages - static_cast<int>(p), result.chosen.config.microbatches));
+  }
+}
+
+TEST_CASE("an impossible cluster names the closest configuration and its shortfall", "[plan]") {
+  const auto model = dflop::find_model("siglip-400m+qwen2.5-72b");
+  const auto cluster = dflop::test::small_cluster(4, 4);
+  const auto workload = dflop::test::small_workload();
+  auto planner = make_planner(model, cluster, small_options());
+  try {
+    (void)planner.make_plan(workload);
+    FAIL("72B on four 80 GiB GPUs must not fit");
+  } catch (const dflop::infeasible_error& e) {
+    const std::string text = e.what();
+    CHECK_THAT(text, Catch::Contains("no configuration of siglip-400m+qwen2.5-72b on 4 x h100-80gb fits"));
+    CHECK_THAT(text, Catch::Contains("closest: encoder(tp"));
+    CHECK_THAT(text, Catch::Contains("GiB on its fullest stage"));
+  }
+}
+
+TEST_CASE("bad planner inputs are rejected with the flag that was wrong", "[plan]") {
+  const auto model = dflop::test::small_model();
+  auto options = small_options();
+  CHECK_THROWS_WITH(make_planner(model, dflop::test::small_cluster(1, 1), options), Catch::Contains("--gpus"));
+  CHECK_THROWS_WITH(make_planner(model, dflop::test::small_cluster(12, 8), options),
+                    Catch::Contains("do not fill whole nodes"));
+  options.global_batch = 0;
+  CHECK_THROWS_WITH(make_planner(model, dflop::test::small_cluster(8, 4), options), Catch::Contains("--global-batch"));
+  options = small_options();
+  auto planner = make_planner(model, dflop::test::small_cluster(8, 4), options);
+  const auto few = dflop::test::small_workload(10);
+  CHECK_THROWS_WITH(planner.make_plan(few), Catch::Contains("10 samples cannot fill a global batch of 32"));
+}
