@@ -5,73 +5,41 @@
 //!
 //! Reproduce: cmake --build build --target pack_bench && build/bench/pack_bench
 //!   --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+#include <dflop/cost/flops_cost_model.hpp>
+#include <dflop/model/presets.hpp>
 #include <dflop/plan/pack.hpp>
-#include <dflop/util/random.hpp>
+#include <dflop/workload/mixture.hpp>
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace {
 
-//! Training FLOPs of one SigLIP-400M tile (n = 729 tokens, h = 1152, f = 4304, 27 layers).
-double encoder_flops_per_tile() {
-  const double n = 729, h = 1152, f = 4304, layers = 27;
-  return 3 * layers * (8 * n * h * h + 4 * n * n * h + 4 * n * h * f);
-}
-
-//! Training FLOPs of one Qwen2.5-7B sample of `s` tokens (h = 3584, f = 18944,
-//! 28 q heads, 4 kv heads, 28 layers, vocabulary 152064, causal attention).
-double llm_flops(double s) {
-  const double h = 3584, f = 18944, heads = 28, kv_heads = 4, layers = 28, vocabulary = 152064;
-  const double layer = 2 * s * h * h * (2 + 2 * kv_heads / heads) + 2 * s * s * h + 6 * s * h * f;
-  return 3 * (layers * layer + 2 * s * h * vocabulary);
-}
-
-//! Placeholder until dflop's workload mixtures and cost models land: 2-D costs
-//! (encoder, LLM) of N samples drawn like a LLaVA-OneVision mixture. 55% AnyRes
-//! images (1 base + 1..36 grid tiles; LLM tokens 730 + 729 min(grid, 8) + text),
-//! 15% multi-image (2..8 images of one tile, 730 LLM tokens each), 10% video
-//! (8..32 frames of one tile, 210 LLM tokens per frame), 20% text (200..4000
-//! tokens); every multimodal sample also carries 50..1500 text tokens. Costs are
-//! training FLOPs (SigLIP-400M encoder, Qwen2.5-7B LLM); the encoder column is
-//! then scaled so both columns have the same total, as when the GPUs are split
-//! between encoder and LLM to balance them, which makes both dimensions bind
-//! (the hardest case for a 2-D packer).
-dflop::cost_matrix synthetic_multimodal_costs(std::size_t samples, std::uint64_t seed) {
-  dflop::random_generator random(seed);
+//! 2-D costs (encoder, LLM seconds) of `samples` samples of the built-in
+//! onevision mixture priced by the FLOPs cost model for siglip-400m+qwen2.5-7b on
+//! an H100. The encoder column is scaled so both columns have the same total:
+//! that is the planner's situation when the encoder's GPUs are sized to its
+//! share of the work, and it keeps both dimensions binding (raw, the LLM
+//! dominates about 10x and the problem is nearly one-dimensional).
+dflop::cost_matrix mixture_costs(std::size_t samples, std::uint64_t seed) {
+  static const dflop::multimodal_spec model = dflop::find_model("siglip-400m+qwen2.5-7b");
+  static const dflop::flops_cost_model cost(model, dflop::find_gpu("h100-80gb"));
+  const auto batch = dflop::generate_mixture("onevision", samples, seed);
   std::vector<double> values(samples * 2);
   double encoder_total = 0, llm_total = 0;
   for (std::size_t i = 0; i < samples; ++i) {
-    const double kind = random.uniform();
-    const double text = static_cast<double>(random.between(50, 1500));
-    double tiles = 0, tokens = 0;
-    if (kind < 0.55) {
-      const auto grid = random.between(1, 36);
-      tiles = static_cast<double>(1 + grid);
-      tokens = 730 + 729 * static_cast<double>(std::min<std::int64_t>(grid, 8)) + text;
-    } else if (kind < 0.70) {
-      tiles = static_cast<double>(random.between(2, 8));
-      tokens = 730 * tiles + text;
-    } else if (kind < 0.80) {
-      tiles = static_cast<double>(random.between(8, 32));
-      tokens = 210 * tiles + text;
-    } else {
-      tokens = static_cast<double>(random.between(200, 4000));
-    }
-    values[2 * i] = tiles * encoder_flops_per_tile();
-    values[2 * i + 1] = llm_flops(tokens);
+    const std::span<const dflop::sample> one(&batch[i], 1);
+    values[2 * i] = cost.estimate_time(dflop::module_kind::encoder, 1, one).whole(model.encoder.layers).total();
+    values[2 * i + 1] = cost.estimate_time(dflop::module_kind::llm, 1, one).whole(model.llm.layers).total();
     encoder_total += values[2 * i];
     llm_total += values[2 * i + 1];
   }
-  // Both columns in "LLM FLOPs" units, same totals; then scale to ~seconds at 400 TFLOP/s.
-  for (std::size_t i = 0; i < samples; ++i) {
-    values[2 * i] *= llm_total / encoder_total / 4e14;
-    values[2 * i + 1] /= 4e14;
-  }
+  for (std::size_t i = 0; i < samples; ++i) values[2 * i] *= llm_total / encoder_total;
   return dflop::cost_matrix(samples, 2, std::move(values));
 }
 
@@ -84,7 +52,7 @@ void pack_benchmark(benchmark::State& state) {
   const auto samples = static_cast<std::size_t>(state.range(0));
   const auto bins = static_cast<std::size_t>(state.range(1));
   std::vector<dflop::cost_matrix> batches;
-  for (std::size_t s = 0; s < instances; ++s) batches.push_back(synthetic_multimodal_costs(samples, 1000 + s));
+  for (std::size_t s = 0; s < instances; ++s) batches.push_back(mixture_costs(samples, 1000 + s));
   dflop::pack_workspace workspace;
   dflop::packing result;
   const Packer packer{};
@@ -124,7 +92,7 @@ void exact_benchmark(benchmark::State& state) {
   const auto bins = static_cast<std::size_t>(state.range(1));
   constexpr std::size_t count = 24;
   std::vector<dflop::cost_matrix> batches;
-  for (std::size_t s = 0; s < count; ++s) batches.push_back(synthetic_multimodal_costs(samples, 5000 + s));
+  for (std::size_t s = 0; s < count; ++s) batches.push_back(mixture_costs(samples, 5000 + s));
   dflop::pack_workspace workspace;
   dflop::packing optimum, heuristic;
   double over_lpt = 0, over_kk = 0, over_refined = 0, over_bound = 0;

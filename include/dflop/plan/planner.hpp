@@ -41,6 +41,7 @@
 #include <span>
 #include <sstream>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace dflop {
@@ -200,20 +201,26 @@ private:
     total_stage_cost_.clear();
     mean_bins_.clear();
     partitions_.clear();
+    even_partitions_.clear();
+    module_infos_.clear();
     const int gpus = cluster_.gpus;
     for (int encoder_gpus = 1; encoder_gpus < gpus; ++encoder_gpus) {
       const auto encoder_options = module_parallelisms(encoder_gpus, cluster_.gpus_per_node, model_.encoder.heads,
                                                        static_cast<int>(model_.encoder.layers));
       const auto llm_options = module_parallelisms(gpus - encoder_gpus, cluster_.gpus_per_node, model_.llm.kv_heads,
                                                    static_cast<int>(model_.llm.layers));
-      for (const auto& encoder : encoder_options)
-        for (const auto& llm : llm_options)
+      for (const auto& encoder : encoder_options) {
+        const module_info& encoder_info = info_of(module_kind::encoder, encoder);
+        for (const auto& llm : llm_options) {
+          const module_info& llm_info = info_of(module_kind::llm, llm);
+          const double bound = std::max(encoder_info.lower_bound, llm_info.lower_bound);
           for (int m : microbatch_counts(llm.dp)) {
-            candidate c{{encoder, llm, m}, 0, 0};
-            c.lower_bound = lower_bound(c.config);
-            c.estimate = estimate(c.config, partitioner_);
+            candidate c{{encoder, llm, m}, 0, bound};
+            c.estimate = estimate(c.config, encoder_info, llm_info);
             candidates_.push_back(c);
           }
+        }
+      }
     }
     std::stable_sort(candidates_.begin(), candidates_.end(),
                      [](const candidate& a, const candidate& b) { return a.estimate < b.estimate; });
@@ -254,10 +261,12 @@ private:
 
   template <layer_partitioner P>
   [[nodiscard]] module_plan module_plan_of(module_kind kind, const module_parallelism& degrees, const P& policy) {
-    const auto key = std::make_tuple(kind, degrees.tp, degrees.pp, std::string(policy.name()));
-    auto found = partitions_.find(key);
-    if (found == partitions_.end())
-      found = partitions_.emplace(key, policy.partition(layer_costs(kind, degrees.tp), static_cast<std::size_t>(degrees.pp)))
+    // The search's partitioner and the baselines' even split are cached apart.
+    auto& cache = std::is_same_v<P, Partitioner> ? partitions_ : even_partitions_;
+    const auto key = std::make_tuple(kind, degrees.tp, degrees.pp);
+    auto found = cache.find(key);
+    if (found == cache.end())
+      found = cache.emplace(key, policy.partition(layer_costs(kind, degrees.tp), static_cast<std::size_t>(degrees.pp)))
                   .first;
     return make_module_plan(degrees, found->second);
   }
@@ -287,42 +296,52 @@ private:
     return mean_bins_.emplace(key, module_cost{scale * sum.layer, scale * sum.embedding, scale * sum.head}).first->second;
   }
 
+  // What the enumeration needs of one module's degrees, computed once per degrees.
+  struct module_info {
+    module_plan plan;          // degrees and the partitioner's layer split
+    double lower_bound = 0;    // max over stages of the whole batch's stage work / dp
+    double gradient_sync = 0;  // slowest stage's gradient all-reduce
+  };
+
   // Valid lower bound on any simulated iteration: some replica of every stage
   // carries at least its share (1/dp) of the whole batch's work on that stage.
-  [[nodiscard]] double lower_bound(const parallel_config& config) {
-    double bound = 0;
-    for (module_kind kind : all_module_kinds) {
-      const module_parallelism& d = kind == module_kind::encoder ? config.encoder : config.llm;
-      const module_plan plan = module_plan_of(kind, d, partitioner_);
-      const module_cost& whole = batch_cost(kind, d.tp);
-      for (int s = 0; s < d.pp; ++s) bound = std::max(bound, whole.stage(plan.slice(s)).total() / d.dp);
+  [[nodiscard]] const module_info& info_of(module_kind kind, const module_parallelism& d) {
+    const auto key = std::make_tuple(kind, d.tp, d.pp, d.dp);
+    if (auto found = module_infos_.find(key); found != module_infos_.end()) return found->second;
+    module_info info{module_plan_of(kind, d, partitioner_), 0, 0};
+    const module_cost& whole = batch_cost(kind, d.tp);
+    // A configuration whose placement puts this module's data-parallel group
+    // across nodes pays the network; the module's own degrees decide that.
+    parallel_config placement;
+    (kind == module_kind::encoder ? placement.encoder : placement.llm) = d;
+    const rank_layout ranks(placement, cluster_);
+    for (int s = 0; s < d.pp; ++s) {
+      info.lower_bound = std::max(info.lower_bound, whole.stage(info.plan.slice(s)).total() / d.dp);
+      const double bytes = static_cast<double>(memory_.estimate_memory(kind, d.tp, info.plan.slice(s), 0, {}).gradients);
+      info.gradient_sync = std::max(
+          info.gradient_sync, ring_allreduce_seconds(bytes, static_cast<std::uint32_t>(d.dp), ranks.gradient_link(kind, s)));
     }
-    return bound;
+    return module_infos_.emplace(key, std::move(info)).first->second;
   }
 
   // 1F1B-shaped estimate with mean microbatches: fill and drain through every
   // stage once, the bottleneck stage for the other m - 1, then the gradient sync.
-  template <layer_partitioner P>
-  [[nodiscard]] double estimate(const parallel_config& config, const P& policy) {
+  [[nodiscard]] double estimate(const parallel_config& config, const module_info& encoder, const module_info& llm) {
     double sum = 0;
     double slowest = 0;
-    double sync = 0;
-    for (module_kind kind : all_module_kinds) {
-      const module_parallelism& d = kind == module_kind::encoder ? config.encoder : config.llm;
-      const module_plan plan = module_plan_of(kind, d, policy);
+    for (const module_info* info : {&encoder, &llm}) {
+      const module_kind kind = info == &encoder ? module_kind::encoder : module_kind::llm;
+      const module_parallelism& d = info->plan.degrees;
       // An encoder replica's microbatch for a slot is its share of that slot's
       // samples: the batch cut into encoder.dp x m parts; an LLM bin is one of llm.dp x m.
       const module_cost& bin = mean_bin(kind, d.tp, d.dp * config.microbatches);
-      const rank_layout ranks(config, cluster_);
       for (int s = 0; s < d.pp; ++s) {
-        const double time = bin.stage(plan.slice(s)).total();
+        const double time = bin.stage(info->plan.slice(s)).total();
         sum += time;
         slowest = std::max(slowest, time);
-        const double bytes = static_cast<double>(memory_.estimate_memory(kind, d.tp, plan.slice(s), 0, {}).gradients);
-        sync = std::max(sync, ring_allreduce_seconds(bytes, static_cast<std::uint32_t>(d.dp), ranks.gradient_link(kind, s)));
       }
     }
-    return sum + (config.microbatches - 1) * slowest + sync;
+    return sum + (config.microbatches - 1) * slowest + std::max(encoder.gradient_sync, llm.gradient_sync);
   }
 
   // ---------------------------------------------------------------- memory
@@ -604,7 +623,9 @@ private:
   std::vector<candidate> candidates_;
   std::map<std::pair<module_kind, int>, module_cost> total_stage_cost_;
   std::map<std::tuple<module_kind, int, int>, module_cost> mean_bins_;
-  std::map<std::tuple<module_kind, int, int, std::string>, layer_partition> partitions_;
+  std::map<std::tuple<module_kind, int, int>, layer_partition> partitions_;
+  std::map<std::tuple<module_kind, int, int>, layer_partition> even_partitions_;
+  std::map<std::tuple<module_kind, int, int, int>, module_info> module_infos_;
   std::optional<std::pair<parallel_config, double>> closest_miss_;
   tail_samples tail_cache_;
 };
