@@ -14,6 +14,7 @@
 #include <dflop/plan/planner.hpp>
 #include <dflop/sim/chrome_trace.hpp>
 #include <dflop/sim/multimodal.hpp>
+#include <dflop/sim/svg_timeline.hpp>
 #include <dflop/sim/text_timeline.hpp>
 #include <dflop/sim/timeline.hpp>
 #include <dflop/workload/mixture.hpp>
@@ -38,6 +39,7 @@ struct plan_command_options {
   std::uint64_t seed = 0;
   bool json = false;
   std::string trace;
+  std::string svg;
   bool timeline = false;  // demo: print one iteration as a text timeline
 };
 
@@ -78,7 +80,7 @@ void run_plan(const plan_command_options& options) {
     std::cout << result;
   }
 
-  if (options.timeline || !options.trace.empty()) {
+  if (options.timeline || !options.trace.empty() || !options.svg.empty()) {
     const auto& batch = planner.sampled_batches().front();
     const auto scheduled = planner.schedule_batch(result.chosen, batch, options.seed);
     const auto layout = planner.layout_of(result.chosen);
@@ -87,6 +89,13 @@ void run_plan(const plan_command_options& options) {
     if (!options.trace.empty()) {
       dflop::write_chrome_trace(line, options.trace);
       if (!options.json) std::cout << "\ntrace of one iteration written to " << options.trace << "\n";
+    }
+    if (!options.svg.empty()) {
+      dflop::svg_options picture;
+      picture.title = "dflop plan for " + result.model + " on " + std::to_string(cluster.gpus) + " x " +
+                      cluster.gpu.name + ", one iteration";
+      dflop::write_svg_timeline(line, options.svg, picture);
+      if (!options.json) std::cout << "timeline picture written to " << options.svg << "\n";
     }
     if (options.timeline && !options.json) {
       std::cout << "\none simulated iteration of the dflop plan (F forward, B backward, # gradient sync, . idle):\n"
@@ -108,6 +117,7 @@ void add_plan_flags(CLI::App& command, plan_command_options& options) {
   command.add_option("--seed", options.seed, "sampling and packing seed")->capture_default_str();
   command.add_flag("--json", options.json, "print one JSON object");
   command.add_option("--trace", options.trace, "write a Chrome trace (Perfetto) of one iteration to this file");
+  command.add_option("--svg", options.svg, "write an SVG picture of one iteration's timeline to this file");
 }
 
 void install_plan_command(CLI::App& app) {

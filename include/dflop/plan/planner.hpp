@@ -57,7 +57,7 @@ struct planner_options {
   std::size_t max_simulated = 48;        //!< most candidates scored by simulation (0: no limit)
   bool prune_by_bound = true;            //!< skip candidates whose lower bound cannot win
   bool baselines = true;                 //!< also choose and score data_blind and dflop_reference
-  std::size_t baseline_attempts = 16;    //!< a baseline's choices tried before giving up on one that fits
+  std::size_t baseline_attempts = 256;   //!< a baseline's choices tried before giving up on one that fits
   double ideal_efficiency = throughput_curve{}.max_efficiency;  //!< best fraction of peak any kernel reaches
   std::ostream* progress = nullptr;      //!< progress output (null: none)
   bool progress_interactive = false;     //!< redraw in place (a terminal) or print lines
