@@ -19,11 +19,13 @@ enum class slot_assignment : std::uint8_t {
   //! (the encoder runs a slot for all LLM replicas at once), then spread over
   //! replicas so each replica's LLM total is even.
   balanced,
+  //! dflop's default: both of the above, each ordered and simulated; the faster is kept.
+  best_simulated,
 };
 
 //! Per-batch choices besides the packer.
 struct batch_options {
-  slot_assignment assignment = slot_assignment::balanced;  //!< bins -> (replica, slot)
+  slot_assignment assignment = slot_assignment::best_simulated;  //!< bins -> (replica, slot)
   order_policy order = order_policy::neh;                  //!< slot order policy
   std::size_t order_budget = 64;                           //!< simulations the `neh` order may spend
   std::uint64_t seed = 0;                                  //!< packer seed

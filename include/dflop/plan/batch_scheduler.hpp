@@ -49,10 +49,16 @@ public:
     out.config = config;
     price_samples(layout, batch);
     pack_bins(bins, options);
-    assign_slots(config, options.assignment, out);
-    split_encoder_work(config, out);
-    fill_costs(layout, batch, options, out);
-    order_and_simulate(layout, options, out);
+    if (options.assignment != slot_assignment::best_simulated) {
+      finish(layout, batch, options, options.assignment, out);
+      return;
+    }
+    // Both rules, each ordered and simulated; the faster one is kept. Neither
+    // dominates: even encoder slots shorten the encoder's critical work, while
+    // slots without encoder work let LLM replicas run without waiting on it.
+    finish(layout, batch, options, slot_assignment::balanced, out);
+    finish(layout, batch, options, slot_assignment::round_robin, alternative_);
+    if (alternative_.predicted_seconds < out.predicted_seconds) std::swap(out, alternative_);
   }
 
   //! Convenience: a fresh `batch_schedule`.
@@ -64,6 +70,15 @@ public:
   }
 
 private:
+  void finish(const plan_layout& layout, std::span<const sample> batch, const batch_options& options,
+              slot_assignment assignment, batch_schedule& out) {
+    out.config = layout.config;
+    assign_slots(layout.config, assignment, out);
+    split_encoder_work(layout.config, out);
+    fill_costs(layout, batch, options, out);
+    order_and_simulate(layout, options, out);
+  }
+
   // Per-sample 2-D costs in comparable units: a bin's LLM stage time, and its
   // share of the encoder stage time of its slot (a slot's encoder work for all
   // llm.dp bins is spread over encoder.dp replicas).
@@ -300,6 +315,7 @@ private:
   cost_matrix matrix_;
   pack_workspace workspace_;
   packing packing_;
+  batch_schedule alternative_;
   multimodal_simulator simulator_;
   simulation_result result_;
 };

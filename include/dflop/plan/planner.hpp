@@ -54,7 +54,7 @@ struct planner_options {
   batch_options batch;                   //!< per-batch policies (slot assignment, order, budget)
   double memory_headroom = 0.10;         //!< fraction of GPU memory kept free (CUDA context, fragmentation)
   std::vector<int> microbatch_counts;    //!< m values to try; empty: 1, 2, 3, 4, 6, 8, 12, 16, ... up to the batch
-  std::size_t max_simulated = 48;        //!< most candidates scored by simulation (0: no limit)
+  std::size_t max_simulated = 48;        //!< most fitting candidates scored by simulation (0: no limit)
   bool prune_by_bound = true;            //!< skip candidates whose lower bound cannot win
   bool baselines = true;                 //!< also choose and score data_blind and dflop_reference
   std::size_t baseline_attempts = 256;   //!< a baseline's choices tried before giving up on one that fits
@@ -168,7 +168,8 @@ public:
 private:
   struct candidate {
     parallel_config config;
-    double estimate = 0;     // analytic iteration time with mean microbatches
+    double estimate = 0;             // 1F1B fill/drain + bottleneck estimate with mean microbatches
+    double bottleneck_estimate = 0;  // (m + S - 1) x slowest stage, the reference's formula
     double lower_bound = 0;  // no simulated score of this configuration is below it
   };
 
@@ -215,15 +216,32 @@ private:
           const module_info& llm_info = info_of(module_kind::llm, llm);
           const double bound = std::max(encoder_info.lower_bound, llm_info.lower_bound);
           for (int m : microbatch_counts(llm.dp)) {
-            candidate c{{encoder, llm, m}, 0, bound};
-            c.estimate = estimate(c.config, encoder_info, llm_info);
+            candidate c{{encoder, llm, m}, 0, 0, bound};
+            std::tie(c.estimate, c.bottleneck_estimate) = estimate(c.config, encoder_info, llm_info);
             candidates_.push_back(c);
           }
         }
       }
     }
-    std::stable_sort(candidates_.begin(), candidates_.end(),
-                     [](const candidate& a, const candidate& b) { return a.estimate < b.estimate; });
+    // Scoring order: the two estimates' rankings interleaved. Neither estimate
+    // sees the cross-replica waits a simulation finds, and they err differently,
+    // so a small simulation budget spent on both finds good plans more reliably.
+    std::vector<std::size_t> by_estimate(candidates_.size());
+    std::iota(by_estimate.begin(), by_estimate.end(), std::size_t{0});
+    std::vector<std::size_t> by_bottleneck = by_estimate;
+    std::stable_sort(by_estimate.begin(), by_estimate.end(),
+                     [&](std::size_t a, std::size_t b) { return candidates_[a].estimate < candidates_[b].estimate; });
+    std::stable_sort(by_bottleneck.begin(), by_bottleneck.end(), [&](std::size_t a, std::size_t b) {
+      return candidates_[a].bottleneck_estimate < candidates_[b].bottleneck_estimate;
+    });
+    std::vector<char> queued(candidates_.size(), 0);
+    scoring_order_.clear();
+    for (std::size_t i = 0; i < candidates_.size(); ++i)
+      for (std::size_t index : {by_estimate[i], by_bottleneck[i]})
+        if (!queued[index]) {
+          queued[index] = 1;
+          scoring_order_.push_back(index);
+        }
   }
 
   // ---------------------------------------------------------------- pricing helpers
@@ -324,9 +342,11 @@ private:
     return module_infos_.emplace(key, std::move(info)).first->second;
   }
 
-  // 1F1B-shaped estimate with mean microbatches: fill and drain through every
-  // stage once, the bottleneck stage for the other m - 1, then the gradient sync.
-  [[nodiscard]] double estimate(const parallel_config& config, const module_info& encoder, const module_info& llm) {
+  // Two estimates with mean microbatches: 1F1B-shaped (fill and drain through
+  // every stage once, the bottleneck stage for the other m - 1, then the
+  // gradient sync) and the reference's (m + S - 1) x slowest stage.
+  [[nodiscard]] std::pair<double, double> estimate(const parallel_config& config, const module_info& encoder,
+                                                   const module_info& llm) {
     double sum = 0;
     double slowest = 0;
     for (const module_info* info : {&encoder, &llm}) {
@@ -341,7 +361,8 @@ private:
         slowest = std::max(slowest, time);
       }
     }
-    return sum + (config.microbatches - 1) * slowest + std::max(encoder.gradient_sync, llm.gradient_sync);
+    return {sum + (config.microbatches - 1) * slowest + std::max(encoder.gradient_sync, llm.gradient_sync),
+            (config.microbatches + config.stages() - 1) * slowest};
   }
 
   // ---------------------------------------------------------------- memory
@@ -455,13 +476,18 @@ private:
     statistics.candidates = candidates_.size();
     std::optional<method_result> best;
     progress_bar bar(options_.progress, "planning", candidates_.size(), options_.progress_interactive);
-    for (const candidate& c : candidates_) {
+    std::size_t fitting = 0;
+    for (const std::size_t index : scoring_order_) {
+      const candidate& c = candidates_[index];
       bar.advance();
       if (best && options_.prune_by_bound && c.lower_bound >= best->iteration_seconds) {
         ++statistics.bound_pruned;
         continue;
       }
-      if (options_.max_simulated != 0 && statistics.simulated >= options_.max_simulated) {
+      // The budget counts plans that fit; simulations whose tail microbatches
+      // turn out not to fit are capped apart, so a memory-tight case still finds plans.
+      if (options_.max_simulated != 0 &&
+          (fitting >= options_.max_simulated || statistics.simulated >= 4 * options_.max_simulated)) {
         ++statistics.over_budget;
         continue;
       }
@@ -481,6 +507,7 @@ private:
         note_miss(c.config, shortfall);
         continue;
       }
+      ++fitting;
       if (!best || seconds < best->iteration_seconds) {
         best = method_result{"dflop", c.config, layout.encoder, layout.llm, c.estimate, seconds, true, 0, 0};
         best->peak_memory_gib = peak_gib(stage_memories(layout, tails));
@@ -621,6 +648,7 @@ private:
 
   std::vector<std::vector<sample>> batches_;
   std::vector<candidate> candidates_;
+  std::vector<std::size_t> scoring_order_;  // candidate indices in the order the search scores them
   std::map<std::pair<module_kind, int>, module_cost> total_stage_cost_;
   std::map<std::tuple<module_kind, int, int>, module_cost> mean_bins_;
   std::map<std::tuple<module_kind, int, int>, layer_partition> partitions_;
