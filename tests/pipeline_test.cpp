@@ -4,6 +4,7 @@
 #include <dflop/cost/microbatch_shape.hpp>
 #include <dflop/pipeline.hpp>
 #include <dflop/plan/pack/from_assignment.hpp>
+#include <dflop/exec/inproc_communicator.hpp>
 #include <dflop/schedule/gpipe.hpp>
 
 #include <catch2/catch.hpp>
@@ -60,6 +61,9 @@ TEST_CASE("the default pipeline composes the shipped policies", "[pipeline]") {
   STATIC_REQUIRE(std::is_same_v<default_pipeline::packer_type, dflop::refined_packer>);
   STATIC_REQUIRE(std::is_same_v<default_pipeline::partitioner_type, dflop::min_max_layers>);
   STATIC_REQUIRE(std::is_same_v<default_pipeline::schedule_type, dflop::one_f_one_b>);
+  struct some_stage {};
+  STATIC_REQUIRE(std::is_same_v<default_pipeline::executor<dflop::inproc_communicator, some_stage>,
+                                dflop::executor<dflop::inproc_communicator, some_stage>>);
 
   const auto model = dflop::test::small_model();
   const auto cluster = dflop::test::small_cluster(8, 4);

@@ -16,4 +16,5 @@
 #include <dflop/plan.hpp>
 #include <dflop/schedule.hpp>
 #include <dflop/sim.hpp>
+#include <dflop/exec.hpp>
 #include <dflop/pipeline.hpp>

@@ -15,6 +15,7 @@
 #include <dflop/cost/cost_model.hpp>
 #include <dflop/cost/flops_cost_model.hpp>
 #include <dflop/cost/memory_model.hpp>
+#include <dflop/exec/executor.hpp>
 #include <dflop/plan/batch_scheduler.hpp>
 #include <dflop/plan/layer_partitioner.hpp>
 #include <dflop/plan/pack/packer.hpp>
@@ -60,6 +61,10 @@ struct pipeline {
   using memory_model_type = MemoryModel;   //!< counts bytes per stage
   //! The planner this pipeline composes.
   using planner_type = planner<CostModel, MemoryModel, Partitioner, Packer, Schedule>;
+  //! The executor that runs this pipeline's schedules over the user's stage functors
+  //! on `Communicator` (inproc_communicator, mpi_communicator, nccl_communicator).
+  template <class Communicator, class... Stages>
+  using executor = dflop::executor<Communicator, Stages...>;
 
   //! Plans with cost and memory models built from the model and the GPU
   //! (`CostModel(model, gpu)`, `MemoryModel(model)`).

@@ -55,6 +55,7 @@ struct planner_options {
   double memory_headroom = 0.10;         //!< fraction of GPU memory kept free (CUDA context, fragmentation)
   std::vector<int> microbatch_counts;    //!< m values to try; empty: 1, 2, 3, 4, 6, 8, 12, 16, ... up to the batch
   std::size_t max_simulated = 48;        //!< most fitting candidates scored by simulation (0: no limit)
+  std::size_t finalists = 8;             //!< best scanned candidates scored again with the full order policy
   bool prune_by_bound = true;            //!< skip candidates whose lower bound cannot win
   bool baselines = true;                 //!< also choose and score data_blind and dflop_reference
   std::size_t baseline_attempts = 256;   //!< a baseline's choices tried before giving up on one that fits
@@ -477,9 +478,14 @@ private:
     std::optional<method_result> best;
     progress_bar bar(options_.progress, "planning", candidates_.size(), options_.progress_interactive);
     std::size_t fitting = 0;
+    std::vector<std::pair<double, std::size_t>> finalists;  // (scan seconds, candidate index)
+    batch_options scan_options = options_.batch;
+    if (scan_options.order == order_policy::neh) scan_options.order = order_policy::johnson;
     for (const std::size_t index : scoring_order_) {
       const candidate& c = candidates_[index];
       bar.advance();
+      // The final scoring can only shorten the scan's times, so the bound is
+      // compared with the scan's best (a bound at or above it cannot win).
       if (best && options_.prune_by_bound && c.lower_bound >= best->iteration_seconds) {
         ++statistics.bound_pruned;
         continue;
@@ -499,7 +505,7 @@ private:
         continue;
       }
       tail_samples tails;
-      const double seconds = simulate_all(layout, packer_, options_.batch, &tails);
+      const double seconds = simulate_all(layout, packer_, scan_options, &tails);
       ++statistics.simulated;
       const double shortfall = memory_shortfall(layout, tails);
       if (shortfall > 0) {
@@ -508,13 +514,31 @@ private:
         continue;
       }
       ++fitting;
+      finalists.push_back({seconds, index});
+      if (!best || seconds < best->iteration_seconds)
+        best = method_result{"dflop", c.config, layout.encoder, layout.llm, c.estimate, seconds, true, 0, 0};
+    }
+    bar.finish();
+    if (!best) return best;
+
+    // The scan ordered slots with Johnson's rule (one simulation); the few best
+    // are scored again with the configured order policy, and the winner's
+    // figures are those of that final scoring: what schedule_batch will do.
+    std::stable_sort(finalists.begin(), finalists.end());
+    finalists.resize(std::min(finalists.size(), std::max<std::size_t>(1, options_.finalists)));
+    best.reset();
+    for (const auto& [scan_seconds, index] : finalists) {
+      const candidate& c = candidates_[index];
+      const plan_layout layout = layout_of(c.config, partitioner_);
+      tail_samples tails;
+      const double seconds = simulate_all(layout, packer_, options_.batch, &tails);
+      if (memory_shortfall(layout, tails) > 0) continue;  // another slot order, another tail: still must fit
       if (!best || seconds < best->iteration_seconds) {
         best = method_result{"dflop", c.config, layout.encoder, layout.llm, c.estimate, seconds, true, 0, 0};
         best->peak_memory_gib = peak_gib(stage_memories(layout, tails));
         tail_cache_ = std::move(tails);
       }
     }
-    bar.finish();
     return best;
   }
 

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! The `pipeline_stage` concept: what a user's model stage provides so the
+//! executor can run it, and the `stage_context` every call receives.
+//!
+//! A stage is a functor with
+//! - `void forward(stage_context&)`: reads `ctx.input` (empty on the first stage,
+//!   which loads its data from `ctx.samples`), writes `ctx.output` (empty on the
+//!   last stage, which writes the microbatch's loss to `ctx.loss`);
+//! - `void backward(stage_context&)`: reads `ctx.output_grad` (empty on the last
+//!   stage, which starts from its loss) and `ctx.input`, writes `ctx.input_grad`
+//!   (empty on the first stage) and accumulates its weight gradients, unless it
+//!   also has
+//! - `void weight(stage_context&)` (optional): the weight gradient alone, run as
+//!   the W op of schedules that split the backward (zero bubble);
+//! - `std::size_t input_bytes(const microbatch_view&) const` and
+//!   `std::size_t output_bytes(const microbatch_view&) const`: the sizes of its
+//!   input and output activations (and so of their gradients) for a microbatch.
+//!   Every rank computes them from the samples: shapes never travel;
+//! - `gradients()`: its gradient memory, summed over data-parallel replicas after
+//!   the step (a `std::span<double>`, `std::span<float>` or a range of `gradient_buffer`).
+#pragma once
+
+#include <dflop/exec/gradient_buffer.hpp>
+#include <dflop/exec/microbatch_view.hpp>
+#include <dflop/schedule/op.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+namespace dflop {
+
+//! The execution resource of host communicators: the calling thread.
+struct host_thread {
+  friend bool operator==(const host_thread&, const host_thread&) = default;
+};
+
+namespace detail {
+//! Per-op memory the executor (or the sequential reference) lends a stage.
+class stage_memory {
+public:
+  //! A block kept until the microbatch's last backward op on this stage.
+  virtual std::span<std::byte> stash(std::size_t bytes) = 0;
+  //! The `index`-th block stashed for this (microbatch, stage).
+  virtual std::span<std::byte> stashed(std::size_t index) = 0;
+  //! A block valid until the op returns.
+  virtual std::span<std::byte> scratch(std::size_t bytes) = 0;
+
+protected:
+  stage_memory() = default;
+  stage_memory(const stage_memory&) = default;
+  stage_memory& operator=(const stage_memory&) = default;
+  ~stage_memory() = default;
+};
+}  // namespace detail
+
+//! Everything a stage call is told: which op, microbatch, stage and replica, the
+//! microbatch's samples, its activation and gradient memory, where it runs
+//! (`resource`: the thread, or a CUDA stream) and a buffer allocator.
+template <class Resource>
+struct basic_stage_context {
+  op_kind kind = op_kind::forward;  //!< which op this call is
+  std::uint32_t microbatch = 0;     //!< position in the schedule (0-based)
+  std::uint32_t stage = 0;          //!< model stage (chunk * ranks + pipeline rank)
+  std::uint32_t stages = 1;         //!< model stages in the pipeline
+  std::uint32_t replica = 0;        //!< data-parallel replica
+  int rank = 0;                     //!< this process's (or thread's) rank in the world
+  microbatch_view samples;          //!< the microbatch's samples: every shape derives from them
+  std::span<const std::byte> input;        //!< F, B, W: the activation received from the previous stage
+  std::span<std::byte> output;             //!< F: the activation for the next stage
+  std::span<const std::byte> output_grad;  //!< B, W: the gradient received from the next stage
+  std::span<std::byte> input_grad;         //!< B: the gradient for the previous stage
+  double loss = 0;                         //!< F on the last stage: the microbatch's loss
+  Resource resource{};                     //!< where the work runs (thread or stream)
+  detail::stage_memory* memory = nullptr;  //!< the allocator behind stash/scratch
+
+  //! First model stage (no input activation)?
+  [[nodiscard]] bool first_stage() const noexcept { return stage == 0; }
+  //! Last model stage (computes the loss)?
+  [[nodiscard]] bool last_stage() const noexcept { return stage + 1 == stages; }
+  //! Memory kept for this (microbatch, stage) until its last backward op; from the
+  //! executor's pool, so reused across steps.
+  [[nodiscard]] std::span<std::byte> stash(std::size_t bytes) const { return memory->stash(bytes); }
+  //! The `index`-th block this (microbatch, stage) stashed, in stash order.
+  [[nodiscard]] std::span<std::byte> stashed(std::size_t index = 0) const { return memory->stashed(index); }
+  //! Scratch memory valid until the call returns.
+  [[nodiscard]] std::span<std::byte> scratch(std::size_t bytes) const { return memory->scratch(bytes); }
+};
+
+//! The context of host stages (threads and MPI processes).
+using stage_context = basic_stage_context<host_thread>;
+
+//! Views `bytes` as an array of T (activations are byte buffers; stages know their types).
+template <class T, class Byte>
+  requires std::same_as<std::remove_const_t<Byte>, std::byte>
+[[nodiscard]] auto as_span(std::span<Byte> bytes) noexcept {
+  using element = std::conditional_t<std::is_const_v<Byte>, const T, T>;
+  return std::span<element>(reinterpret_cast<element*>(bytes.data()), bytes.size() / sizeof(T));
+}
+
+//! Whether a stage has a separate weight-gradient pass (`weight(ctx)`).
+template <class Stage, class Context = stage_context>
+concept has_weight_pass = requires(Stage& stage, Context& ctx) { stage.weight(ctx); };
+
+//! A model stage the executor can run with contexts of type `Context` (see the file comment).
+template <class Stage, class Context = stage_context>
+concept pipeline_stage = requires(Stage& stage, const Stage& const_stage, Context& ctx, const microbatch_view& mb) {
+  stage.forward(ctx);
+  stage.backward(ctx);
+  { const_stage.input_bytes(mb) } -> std::convertible_to<std::size_t>;
+  { const_stage.output_bytes(mb) } -> std::convertible_to<std::size_t>;
+  { stage.gradients() } -> gradient_list;
+};
+
+namespace detail {
+template <class Stage, class Context>
+concept has_forward = requires(Stage& stage, Context& ctx) { stage.forward(ctx); };
+template <class Stage, class Context>
+concept has_backward = requires(Stage& stage, Context& ctx) { stage.backward(ctx); };
+template <class Stage>
+concept has_input_bytes = requires(const Stage& stage, const microbatch_view& mb) {
+  { stage.input_bytes(mb) } -> std::convertible_to<std::size_t>;
+};
+template <class Stage>
+concept has_output_bytes = requires(const Stage& stage, const microbatch_view& mb) {
+  { stage.output_bytes(mb) } -> std::convertible_to<std::size_t>;
+};
+template <class Stage>
+concept has_gradients = requires(Stage& stage) {
+  { stage.gradients() } -> gradient_list;
+};
+
+//! Names the first member a stage lacks, in words (instead of a page of template errors).
+template <class Stage, class Context>
+consteval bool check_stage() {
+  static_assert(has_forward<Stage, Context>,
+                "dflop: a pipeline stage needs `void forward(dflop::stage_context&)` "
+                "(or the basic_stage_context of its communicator)");
+  static_assert(has_backward<Stage, Context>,
+                "dflop: a pipeline stage needs `void backward(dflop::stage_context&)` "
+                "(or the basic_stage_context of its communicator)");
+  static_assert(has_input_bytes<Stage>,
+                "dflop: a pipeline stage needs `std::size_t input_bytes(const dflop::microbatch_view&) const`");
+  static_assert(has_output_bytes<Stage>,
+                "dflop: a pipeline stage needs `std::size_t output_bytes(const dflop::microbatch_view&) const`");
+  static_assert(has_gradients<Stage>,
+                "dflop: a pipeline stage needs `gradients()` returning std::span<double>, std::span<float> or "
+                "a range of dflop::gradient_buffer");
+  return true;
+}
+}  // namespace detail
+
+}  // namespace dflop
