@@ -5,6 +5,7 @@
 //! contiguous range of layers on a pipeline stage.
 #pragma once
 
+#include <dflop/cost/microbatch_shape.hpp>
 #include <dflop/cost/stage_slice.hpp>
 #include <dflop/model/module_kind.hpp>
 #include <dflop/workload/sample.hpp>
@@ -73,5 +74,16 @@ template <class Model>
 concept cost_model = requires(const Model& model, module_kind kind, int tp, std::span<const sample> microbatch) {
   { model.estimate_time(kind, tp, microbatch) } -> std::same_as<module_cost>;
 };
+
+//! The `estimate_time` of a model that prices each part from the microbatch's
+//! shape (`model.estimate_part(piece, tp, shape)`): every shipped cost model.
+template <class ShapeModel>
+[[nodiscard]] module_cost estimate_parts(const ShapeModel& model, module_kind kind, int tp,
+                                         std::span<const sample> microbatch) {
+  const microbatch_shape shape = shape_of(kind, microbatch);
+  return {model.estimate_part({kind, module_part::layer}, tp, shape),
+          model.estimate_part({kind, module_part::embedding}, tp, shape),
+          model.estimate_part({kind, module_part::head}, tp, shape)};
+}
 
 }  // namespace dflop

@@ -99,10 +99,7 @@ public:
 
   //! See `cost_model`.
   [[nodiscard]] module_cost estimate_time(module_kind kind, int tp, std::span<const sample> microbatch) const {
-    const microbatch_shape shape = shape_of(kind, microbatch);
-    return {estimate_part({kind, module_part::layer}, tp, shape),
-            estimate_part({kind, module_part::embedding}, tp, shape),
-            estimate_part({kind, module_part::head}, tp, shape)};
+    return estimate_parts(*this, kind, tp, microbatch);
   }
 
   //! The time of one part for a microbatch of `shape` at TP degree `tp`.

@@ -176,16 +176,7 @@ public:
   //! Prints the failure, aborts the NCCL communicator (unblocking its kernels) and
   //! calls the abort handler (for example MPI_Abort, set by the MPI bootstrap).
   void abort(std::exception_ptr failure) noexcept {
-    std::string text("dflop: rank ");
-    text.append(std::to_string(rank_)).append(": ");
-    try {
-      if (failure) std::rethrow_exception(failure);
-      text.append("aborted");
-    } catch (const std::exception& e) {
-      text.append(e.what());
-    } catch (...) {
-      text.append("unknown exception");
-    }
+    const std::string text = describe_failure(rank_, failure);
     std::fprintf(stderr, "%s\n", text.c_str());
     std::fflush(stderr);
     if (!aborted_ && comm_ != nullptr) (void)ncclCommAbort(comm_);

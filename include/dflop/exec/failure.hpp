@@ -9,6 +9,7 @@
 #include <dflop/schedule/op.hpp>
 
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -70,5 +71,22 @@ class watchdog_timeout : public error {
 public:
   using error::error;
 };
+
+//! "dflop: rank R: WHAT" for the failure a communicator aborts on (the
+//! exception's message, "aborted" when there is none): what every rank prints
+//! before it takes the job down, so the original error is never lost.
+[[nodiscard]] inline std::string describe_failure(int rank, std::exception_ptr failure) noexcept {
+  std::string text("dflop: rank ");
+  text.append(std::to_string(rank)).append(": ");
+  try {
+    if (failure) std::rethrow_exception(failure);
+    text.append("aborted");
+  } catch (const std::exception& e) {
+    text.append(e.what());
+  } catch (...) {
+    text.append("unknown exception");
+  }
+  return text;
+}
 
 }  // namespace dflop

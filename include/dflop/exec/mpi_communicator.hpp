@@ -171,16 +171,7 @@ public:
 
   //! Prints the failure ("dflop: rank R: ...") and ends the whole job with MPI_Abort(1).
   void abort(std::exception_ptr failure) noexcept {
-    std::string text("dflop: rank ");
-    text.append(std::to_string(world_rank_)).append(": ");
-    try {
-      if (failure) std::rethrow_exception(failure);
-      text.append("aborted");
-    } catch (const std::exception& e) {
-      text.append(e.what());
-    } catch (...) {
-      text.append("unknown exception");
-    }
+    std::string text = describe_failure(world_rank_, failure);
     text.append("\n");
     std::fputs(text.c_str(), stderr);
     std::fflush(stderr);
