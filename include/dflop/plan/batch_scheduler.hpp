@@ -61,6 +61,20 @@ public:
     if (alternative_.predicted_seconds < out.predicted_seconds) std::swap(out, alternative_);
   }
 
+  //! Packs `batch` and assigns its microbatches (LLM bins and encoder parts)
+  //! without pricing ops or simulating: enough to check memory before paying
+  //! for a simulation. `options.assignment` names one rule (not `best_simulated`).
+  void assign_only(const plan_layout& layout, std::span<const sample> batch, const batch_options& options,
+                   batch_schedule& out) {
+    if (options.assignment == slot_assignment::best_simulated)
+      throw error("assign_only: best_simulated needs simulations; name one assignment rule");
+    out.config = layout.config;
+    price_samples(layout, batch);
+    pack_bins(static_cast<std::size_t>(layout.config.bins()), options);
+    assign_slots(layout.config, options.assignment, out);
+    split_encoder_work(layout.config, out);
+  }
+
   //! Convenience: a fresh `batch_schedule`.
   [[nodiscard]] batch_schedule schedule(const plan_layout& layout, std::span<const sample> batch,
                                         const batch_options& options) {

@@ -55,7 +55,10 @@ struct search_statistics {
   std::size_t bound_pruned = 0;       //!< skipped: their lower bound could not beat the best found
   std::size_t over_budget = 0;        //!< not scored: the simulation budget was spent
   std::size_t simulated = 0;          //!< scored on the sampled batches
-  double seconds = 0;                 //!< wall time of the search
+  double seconds = 0;                 //!< wall time of `make_plan`, all of it
+  double enumeration_seconds = 0;     //!< of which: sampling batches, enumerating and ranking candidates
+  double scoring_seconds = 0;         //!< of which: simulating candidates and finalists (dflop's own search)
+  double baseline_seconds = 0;        //!< of which: choosing and scoring the baselines
 
   friend bool operator==(const search_statistics&, const search_statistics&) = default;
 };
@@ -142,7 +145,10 @@ inline std::ostream& operator<<(std::ostream& out, const plan& result) {
         << stage.in_flight << " in flight)\n";
   out << "search: " << result.search.candidates << " candidates, " << result.search.memory_rejected
       << " out of memory, " << result.search.bound_pruned << " pruned by bound, " << result.search.over_budget << " past the budget, " << result.search.simulated
-      << " simulated, " << detail::format_fixed(result.search.seconds, 2) << " s\n\n";
+      << " simulated, " << detail::format_fixed(result.search.seconds, 2) << " s (enumeration "
+      << detail::format_fixed(result.search.enumeration_seconds, 2) << " s, scoring "
+      << detail::format_fixed(result.search.scoring_seconds, 2) << " s, baselines "
+      << detail::format_fixed(result.search.baseline_seconds, 2) << " s)\n\n";
   print_comparison(out, result);
   return out;
 }

@@ -67,7 +67,10 @@ namespace dflop {
                    {"bound_pruned", result.search.bound_pruned},
                    {"over_budget", result.search.over_budget},
                    {"simulated", result.search.simulated},
-                   {"seconds", result.search.seconds}};
+                   {"seconds", result.search.seconds},
+                   {"enumeration_seconds", result.search.enumeration_seconds},
+                   {"scoring_seconds", result.search.scoring_seconds},
+                   {"baseline_seconds", result.search.baseline_seconds}};
   return out;
 }
 

@@ -98,8 +98,15 @@ public:
                               static_cast<std::size_t>(options_.batches), batch_mode::without_replacement,
                               options_.seed);
     enumerate();
+    auto lap = [last = started]() mutable {
+      const auto now = std::chrono::steady_clock::now();
+      const double seconds = std::chrono::duration<double>(now - last).count();
+      last = now;
+      return seconds;
+    };
 
     plan result;
+    result.search.enumeration_seconds = lap();
     result.model = model_.name;
     result.model_spec = model_;
     result.batch = options_.batch;
@@ -113,10 +120,12 @@ public:
     if (!best) throw infeasible_error(closest_miss_text());
     result.chosen = *best;
     result.memory = stage_memories(layout_of(best->config, partitioner_), tail_cache_);
+    result.search.scoring_seconds = lap();
     if (options_.baselines) {
       if (auto blind = baseline(false)) result.baselines.push_back(std::move(*blind));
       if (auto reference = baseline(true)) result.baselines.push_back(std::move(*reference));
     }
+    result.search.baseline_seconds = lap();
     result.search.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return result;
   }
@@ -415,6 +424,22 @@ private:
 
   // ---------------------------------------------------------------- scoring
 
+  // The p99 microbatches of a fixed assignment rule, without simulating.
+  template <packer P>
+  tail_samples assigned_tails(const plan_layout& layout, const P& pack_policy, batch_options options) {
+    batch_scheduler<Cost, Memory, P> scheduler(model_, cluster_, cost_, memory_, pack_policy);
+    batch_schedule schedule;
+    std::vector<std::pair<std::int64_t, std::vector<sample>>> llm_bins;
+    std::vector<std::pair<std::int64_t, std::vector<sample>>> encoder_parts;
+    for (std::size_t b = 0; b < batches_.size(); ++b) {
+      options.seed = options_.seed + b;
+      scheduler.assign_only(layout, batches_[b], options, schedule);
+      collect(batches_[b], schedule.llm_microbatches, &sample::llm_tokens, llm_bins);
+      collect(batches_[b], schedule.encoder_parts, &sample::encoder_tokens, encoder_parts);
+    }
+    return {p99_members(llm_bins), p99_members(encoder_parts)};
+  }
+
   // Mean simulated seconds over the sampled batches; collects the p99 microbatches.
   template <packer P>
   double simulate_all(const plan_layout& layout, const P& pack_policy, batch_options options, tail_samples* tails) {
@@ -605,6 +630,16 @@ private:
     std::size_t out_of_memory = 0;
     for (method_result& choice : rank_by_mean(reference)) {
       if (out_of_memory >= options_.baseline_attempts) break;
+      // Out of memory is known from the packing alone: no need to simulate it.
+      const plan_layout layout = layout_of(choice.config, even_layers{});
+      batch_options options = options_.batch;
+      options.assignment = slot_assignment::round_robin;
+      const tail_samples tails = reference ? assigned_tails(layout, refined_packer{}, options)
+                                           : assigned_tails(layout, sequential_packer{}, options);
+      if (memory_shortfall(layout, tails) > 0) {
+        ++out_of_memory;
+        continue;
+      }
       choice = score_baseline(std::move(choice));
       if (choice.fits_memory) {
         choice.out_of_memory_attempts = out_of_memory;
