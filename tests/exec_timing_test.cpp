@@ -18,7 +18,7 @@
 
 using namespace dflop;
 
-TEST_CASE("executed iteration time matches the simulator's prediction", "[exec]") {
+TEST_CASE("executed iteration time matches the simulator's prediction", "[exec][timing]") {
   const std::uint32_t ranks = 4;
   const std::uint32_t m = 8;
   const auto samples = generate_mixture("onevision", 32, 21);

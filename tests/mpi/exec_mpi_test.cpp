@@ -94,7 +94,7 @@ TEST_CASE("MPI: two replicas match the reference within 1e-12", "[exec][mpi]") {
   }
 }
 
-TEST_CASE("MPI: sleeping stages take the simulated time", "[exec][mpi]") {
+TEST_CASE("MPI: sleeping stages take the simulated time", "[exec][mpi][timing]") {
   const auto ranks = static_cast<std::uint32_t>(world_size());
   const std::uint32_t m = 2 * ranks;
   const auto samples = generate_mixture("onevision", 4 * m, 21);

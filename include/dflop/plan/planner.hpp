@@ -116,16 +116,20 @@ public:
     result.schedule = std::string(schedule_.name());
     result.ideal_seconds = ideal_seconds();
 
-    const auto best = search(result.search);
+    // The baselines' configurations join dflop's finalists: scored with dflop's
+    // layer split and per-batch policies they are candidates like any other.
+    std::vector<parallel_config> baseline_configs;
+    if (options_.baselines) {
+      if (auto blind = baseline(false)) result.baselines.push_back(std::move(*blind));
+      if (auto reference = baseline(true)) result.baselines.push_back(std::move(*reference));
+      for (const auto& baseline : result.baselines) baseline_configs.push_back(baseline.config);
+    }
+    result.search.baseline_seconds = lap();
+    const auto best = search(result.search, baseline_configs);
     if (!best) throw infeasible_error(closest_miss_text());
     result.chosen = *best;
     result.memory = stage_memories(layout_of(best->config, partitioner_), tail_cache_);
     result.search.scoring_seconds = lap();
-    if (options_.baselines) {
-      if (auto blind = baseline(false)) result.baselines.push_back(std::move(*blind));
-      if (auto reference = baseline(true)) result.baselines.push_back(std::move(*reference));
-    }
-    result.search.baseline_seconds = lap();
     result.search.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return result;
   }
@@ -498,7 +502,8 @@ private:
     return typical;
   }
 
-  [[nodiscard]] std::optional<method_result> search(search_statistics& statistics) {
+  [[nodiscard]] std::optional<method_result> search(search_statistics& statistics,
+                                                    std::span<const parallel_config> extra_finalists = {}) {
     statistics.candidates = candidates_.size();
     std::optional<method_result> best;
     progress_bar bar(options_.progress, "planning", candidates_.size(), options_.progress_interactive);
@@ -544,13 +549,20 @@ private:
         best = method_result{"dflop", c.config, layout.encoder, layout.llm, c.estimate, seconds, true, 0, 0};
     }
     bar.finish();
-    if (!best) return best;
 
     // The scan ordered slots with Johnson's rule (one simulation); the few best
     // are scored again with the configured order policy, and the winner's
     // figures are those of that final scoring: what schedule_batch will do.
     std::stable_sort(finalists.begin(), finalists.end());
     finalists.resize(std::min(finalists.size(), std::max<std::size_t>(1, options_.finalists)));
+    for (const parallel_config& config : extra_finalists) {
+      const auto found = std::find_if(candidates_.begin(), candidates_.end(),
+                                      [&](const candidate& c) { return c.config == config; });
+      const auto index = static_cast<std::size_t>(found - candidates_.begin());
+      if (found != candidates_.end() &&
+          std::none_of(finalists.begin(), finalists.end(), [&](const auto& f) { return f.second == index; }))
+        finalists.push_back({0.0, index});
+    }
     best.reset();
     for (const auto& [scan_seconds, index] : finalists) {
       const candidate& c = candidates_[index];
