@@ -42,7 +42,12 @@ void plan_case(benchmark::State& state, const std::string& mixture, const std::s
   for (auto _ : state) {
     dflop::planner<dflop::flops_cost_model, dflop::analytic_memory_model> planner(
         model, cluster, dflop::flops_cost_model(model, cluster.gpu), dflop::analytic_memory_model(model), options);
-    result = planner.make_plan(workload(mixture));
+    try {
+      result = planner.make_plan(workload(mixture));
+    } catch (const dflop::infeasible_error& e) {
+      state.SkipWithError(e.what());  // e.g. a 32B model on 16 GPUs without optimizer sharding
+      return;
+    }
   }
   state.counters["dflop_s"] = result.chosen.iteration_seconds;
   state.counters["ideal_s"] = result.ideal_seconds;

@@ -522,8 +522,10 @@ private:
       }
       // The budget counts plans that fit; simulations whose tail microbatches
       // turn out not to fit are capped apart, so a memory-tight case still finds plans.
-      if (options_.max_simulated != 0 &&
-          (fitting >= options_.max_simulated || statistics.simulated >= 4 * options_.max_simulated)) {
+      // Until one plan fits the search goes on: a memory-tight model must not be
+      // declared infeasible because the first candidates' tails did not fit.
+      if (options_.max_simulated != 0 && (fitting >= options_.max_simulated ||
+                                          (fitting > 0 && statistics.simulated >= 4 * options_.max_simulated))) {
         ++statistics.over_budget;
         continue;
       }
