@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "error_of.hpp"
+
 #include <dflop/cost/fitted_cost_model.hpp>
 #include <dflop/cost/flops.hpp>
 #include <dflop/cost/table_cost_model.hpp>
@@ -15,14 +17,6 @@ using dflop::modality;
 using dflop::sample;
 
 namespace {
-std::string error_of(auto&& action) {
-  try {
-    action();
-  } catch (const dflop::input_error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 // LLM layer: 1 ms per 1k tokens at tp 1, half at tp 2; lm_head only at tp 1 and 2.
 const char* const llm_profile =
@@ -66,7 +60,7 @@ TEST_CASE("a profile CSV reads into curves per part and TP", "[cost]") {
 
 TEST_CASE("malformed profile CSVs name the line and the reason", "[cost]") {
   auto profile_error = [](std::string text) {
-    return error_of([&] { (void)dflop::read_profile_text(text, "p.csv"); });
+    return dflop::test::error_of([&] { (void)dflop::read_profile_text(text, "p.csv"); });
   };
   const std::string header = "module,tp,tokens,forward_ms,backward_ms\n";
   CHECK(profile_error(header + "llm,1,1024,1,2\nvision,1,1024,1,2\n") ==
@@ -145,7 +139,7 @@ TEST_CASE("the table model prices encoder items and rejects unprofiled TP degree
                     "table_cost_model: no profile for 'llm' at tp 4 (profiled tp: 1, 2)");
   // The same curve in two profiles is an error naming the second file's line.
   const std::vector<dflop::profile> twice{profiles[0], dflop::read_profile_text(llm_profile, "again.csv")};
-  CHECK(error_of([&] { dflop::table_cost_model(model, twice); }) ==
+  CHECK(dflop::test::error_of([&] { dflop::table_cost_model(model, twice); }) ==
         "again.csv:2: module 'llm' at tp 1 is already in another profile");
 }
 
@@ -177,6 +171,6 @@ TEST_CASE("the fitted model recovers a quadratic profile and sums attention per 
 
 TEST_CASE("a fitted curve needs three sizes", "[cost]") {
   const auto profile = dflop::read_profile_text(llm_profile, "llm.csv");
-  CHECK(error_of([&] { (void)dflop::fitted_cost_model::from_profile(profile); }) ==
+  CHECK(dflop::test::error_of([&] { (void)dflop::fitted_cost_model::from_profile(profile); }) ==
         "llm.csv:5: module 'llm' at tp 2 has 2 sizes; a quadratic fit needs at least 3");
 }

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "error_of.hpp"
+
 #include <dflop/model/gpu_json.hpp>
 #include <dflop/model/model_json.hpp>
 
@@ -8,14 +10,6 @@
 #include <string>
 
 namespace {
-std::string error_of(auto&& action) {
-  try {
-    action();
-  } catch (const dflop::input_error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 const char* const custom_model = R"({
   "name": "tiny",
@@ -37,7 +31,7 @@ TEST_CASE("a model file with inline shapes loads", "[model][json]") {
 TEST_CASE("a model file may name presets and defaults its name", "[model][json]") {
   const auto model = dflop::parse_model_json(R"({"encoder": "siglip-400m", "llm": "qwen2.5-7b"})");
   CHECK(model == dflop::find_model("siglip-400m+qwen2.5-7b"));
-  CHECK_THAT(error_of([] { (void)dflop::parse_model_json(R"({"encoder": "siglip", "llm": "qwen2.5-7b"})", "m.json"); }),
+  CHECK_THAT(dflop::test::error_of([] { (void)dflop::parse_model_json(R"({"encoder": "siglip", "llm": "qwen2.5-7b"})", "m.json"); }),
              Catch::StartsWith("m.json: unknown encoder 'siglip' (known: siglip-400m"));
 }
 
@@ -52,12 +46,12 @@ TEST_CASE("model and GPU files load from disk; load_model picks file or preset",
   const auto gpu = dflop::load_gpu(gpu_path);
   CHECK(gpu == dflop::gpu_spec{"x1", 100e12, 24LL << 30, 64e9, 12.5e9, 8e-6});
   CHECK(dflop::load_gpu("h100-80gb") == dflop::find_gpu("h100-80gb"));
-  CHECK(error_of([] { (void)dflop::load_model("/nonexistent/m.json"); }) ==
+  CHECK(dflop::test::error_of([] { (void)dflop::load_model("/nonexistent/m.json"); }) ==
         "/nonexistent/m.json: cannot open file for reading");
 }
 
 TEST_CASE("malformed model JSON names the line or the field and the reason", "[model][json]") {
-  auto model_error = [](const char* text) { return error_of([&] { (void)dflop::parse_model_json(text, "m.json"); }); };
+  auto model_error = [](const char* text) { return dflop::test::error_of([&] { (void)dflop::parse_model_json(text, "m.json"); }); };
   // Syntax error on line 3 (the missing comma).
   CHECK_THAT(model_error("{\n  \"encoder\": \"siglip-400m\"\n  \"llm\": \"qwen2.5-7b\"\n}"),
              Catch::StartsWith("m.json:3: invalid JSON:"));
@@ -89,7 +83,7 @@ TEST_CASE("malformed model JSON names the line or the field and the reason", "[m
 }
 
 TEST_CASE("malformed GPU JSON names the field and the reason", "[gpu][model][json]") {
-  auto gpu_error = [](const char* text) { return error_of([&] { (void)dflop::parse_gpu_json(text, "g.json"); }); };
+  auto gpu_error = [](const char* text) { return dflop::test::error_of([&] { (void)dflop::parse_gpu_json(text, "g.json"); }); };
   CHECK(gpu_error(R"({"name": "x", "peak_tflops": 100, "memory_gib": 24, "intra_node_gb_per_s": 64,
                       "inter_node_gb_per_s": 0, "latency_us": 8})") ==
         "g.json: field 'inter_node_gb_per_s': expected a positive number, got 0");

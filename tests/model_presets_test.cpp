@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "error_of.hpp"
+
 #include <dflop/model/gpu_spec.hpp>
 #include <dflop/model/presets.hpp>
 
@@ -6,17 +8,6 @@
 
 #include <sstream>
 #include <string>
-
-namespace {
-std::string error_of(auto&& action) {
-  try {
-    action();
-  } catch (const dflop::input_error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-}  // namespace
 
 TEST_CASE("encoder and LLM presets carry the public shapes", "[model]") {
   const auto siglip = dflop::find_encoder("siglip-400m");
@@ -67,13 +58,13 @@ TEST_CASE("a multimodal model is ENCODER+LLM with a projector between hidden siz
 }
 
 TEST_CASE("unknown model names list the known ones", "[model]") {
-  CHECK(error_of([] { (void)dflop::find_model("siglip-400m+gpt-5", "--model"); }) ==
+  CHECK(dflop::test::error_of([] { (void)dflop::find_model("siglip-400m+gpt-5", "--model"); }) ==
         "--model: unknown LLM 'gpt-5' (known: qwen2.5-7b, qwen2.5-32b, qwen2.5-72b, llama3-8b, llama3-70b)");
-  CHECK(error_of([] { (void)dflop::find_model("clip+qwen2.5-7b"); }) ==
+  CHECK(dflop::test::error_of([] { (void)dflop::find_model("clip+qwen2.5-7b"); }) ==
         "model: unknown encoder 'clip' (known: siglip-400m, internvit-300m, internvit-6b)");
-  CHECK_THAT(error_of([] { (void)dflop::find_model("qwen2.5-7b"); }),
+  CHECK_THAT(dflop::test::error_of([] { (void)dflop::find_model("qwen2.5-7b"); }),
              Catch::Contains("is not ENCODER+LLM") && Catch::Contains("encoders: siglip-400m"));
-  CHECK_THAT(error_of([] { (void)dflop::find_model("a+b+c"); }), Catch::Contains("is not ENCODER+LLM"));
+  CHECK_THAT(dflop::test::error_of([] { (void)dflop::find_model("a+b+c"); }), Catch::Contains("is not ENCODER+LLM"));
 }
 
 TEST_CASE("GPU presets carry datasheet figures", "[model]") {
@@ -86,7 +77,7 @@ TEST_CASE("GPU presets carry datasheet figures", "[model]") {
   CHECK(dflop::find_gpu("h200-141gb").memory_bytes == 141LL << 30);
   CHECK(dflop::find_gpu("a100-80gb").peak_flops == 312e12);
   CHECK(dflop::find_gpu("a100-80gb").intra_node_bandwidth < h100.intra_node_bandwidth);
-  CHECK(error_of([] { (void)dflop::find_gpu("v100", "--gpu"); }) ==
+  CHECK(dflop::test::error_of([] { (void)dflop::find_gpu("v100", "--gpu"); }) ==
         "--gpu: unknown GPU 'v100' (known: h100-80gb, h200-141gb, a100-80gb)");
   std::ostringstream text;
   text << h100;

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "error_of.hpp"
+
 #include "pack_test_support.hpp"
 
 #include <cmath>
@@ -7,24 +9,13 @@
 
 using namespace dflop;
 
-namespace {
-std::string message_of(auto&& action) {
-  try {
-    action();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-}  // namespace
-
 TEST_CASE("cost_matrix rejects bad values with a clear message", "[pack]") {
-  CHECK(message_of([] { cost_matrix(2, 1, {1.0, -1.0}); }) == "cost matrix: sample 1, dimension 0: cost -1.000000 is negative");
-  CHECK(message_of([] { cost_matrix(1, 2, {1.0, std::nan("")}); }).find("is not finite") != std::string::npos);
-  CHECK(message_of([] { cost_matrix(1, 1, {std::numeric_limits<double>::infinity()}); }).find("not finite") != std::string::npos);
-  CHECK(message_of([] { cost_matrix(2, 2, {1.0}); }) == "cost matrix: expected 2 x 2 = 4 values, got 1");
-  CHECK(message_of([] { cost_matrix(1, 0, {}); }) == "cost matrix: needs at least one cost dimension");
-  CHECK(message_of([] { (void)cost_matrix::from_rows({{1, 2}, {3}}); }) == "cost matrix: row 1 has 1 costs, row 0 has 2");
+  CHECK(test::error_of<error>([] { cost_matrix(2, 1, {1.0, -1.0}); }) == "cost matrix: sample 1, dimension 0: cost -1.000000 is negative");
+  CHECK(test::error_of<error>([] { cost_matrix(1, 2, {1.0, std::nan("")}); }).find("is not finite") != std::string::npos);
+  CHECK(test::error_of<error>([] { cost_matrix(1, 1, {std::numeric_limits<double>::infinity()}); }).find("not finite") != std::string::npos);
+  CHECK(test::error_of<error>([] { cost_matrix(2, 2, {1.0}); }) == "cost matrix: expected 2 x 2 = 4 values, got 1");
+  CHECK(test::error_of<error>([] { cost_matrix(1, 0, {}); }) == "cost matrix: needs at least one cost dimension");
+  CHECK(test::error_of<error>([] { (void)cost_matrix::from_rows({{1, 2}, {3}}); }) == "cost matrix: row 1 has 1 costs, row 0 has 2");
   const auto costs = cost_matrix::from_rows({{1, 2}, {3, 4}});
   CHECK(costs.samples() == 2);
   CHECK(costs.dimensions() == 2);
@@ -34,7 +25,7 @@ TEST_CASE("cost_matrix rejects bad values with a clear message", "[pack]") {
 
 TEST_CASE("every packer rejects N < K and K == 0 as input errors", "[pack]") {
   const auto costs = cost_matrix::from_rows({{1}, {2}, {3}});
-  CHECK(message_of([&] { (void)pack(refined_packer{}, costs, 4); }) ==
+  CHECK(test::error_of<error>([&] { (void)pack(refined_packer{}, costs, 4); }) ==
         "bins: 3 samples cannot fill 4 bins without leaving one empty (need N >= K)");
   CHECK_THROWS_AS(pack(sequential_packer{}, costs, 4), input_error);
   CHECK_THROWS_AS(pack(lpt_packer{}, costs, 4), input_error);
@@ -57,6 +48,6 @@ TEST_CASE("caps of the wrong shape are input errors", "[pack]") {
 TEST_CASE("caps prove infeasibility with the reason", "[pack]") {
   const auto costs = cost_matrix::from_rows({{1}, {2}, {3}});
   const bin_caps caps = bin_caps::on_dimension(costs, 0, 2.5);
-  CHECK(message_of([&] { (void)pack(lpt_packer{}, costs, 2, {.caps = &caps}); })
+  CHECK(test::error_of<error>([&] { (void)pack(lpt_packer{}, costs, 2, {.caps = &caps}); })
             .starts_with("infeasible caps: sample 2 alone needs 3.000000 of capped quantity 0"));
 }
