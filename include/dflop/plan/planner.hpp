@@ -94,10 +94,7 @@ public:
       throw input_error("workload", 0,
                         std::to_string(workload.size()) + " samples cannot fill a global batch of " +
                             std::to_string(options_.global_batch));
-    batches_ = sample_batches(workload, static_cast<std::size_t>(options_.global_batch),
-                              static_cast<std::size_t>(options_.batches), batch_mode::without_replacement,
-                              options_.seed);
-    enumerate();
+    prepare(workload);
     auto lap = [last = started]() mutable {
       const auto now = std::chrono::steady_clock::now();
       const double seconds = std::chrono::duration<double>(now - last).count();
