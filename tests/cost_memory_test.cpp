@@ -76,3 +76,26 @@ TEST_CASE("encoder stages, optimizer sharding and in-flight scaling", "[cost]") 
   CHECK(plain.estimate_memory(module_kind::encoder, 1, all, 0, microbatch).activations == 0);
   CHECK_THROWS_AS(plain.estimate_memory(module_kind::encoder, 0, all, 1, microbatch), dflop::error);
 }
+
+TEST_CASE("per-call memory choices price recomputation and optimizer sharding like the options do", "[cost]") {
+  const auto model = dflop::find_model("siglip-400m+qwen2.5-7b");
+  STATIC_REQUIRE(dflop::memory_model_with_choices<dflop::analytic_memory_model>);
+  const dflop::analytic_memory_model plain(model);
+  const std::vector<sample> microbatch{{"a", modality::text, 0, 0, 4096}};
+  const auto slice = dflop::layer_range(0, 14, 28);
+  // The hand-computed Qwen2.5-7B stage above with both savers on: optimizer 22,845,849,600 / 8 and
+  // the recomputation activations 822,083,584 + 325,058,560.
+  const auto saved = plain.estimate_memory(module_kind::llm, 2, slice, 4, microbatch, {true, 8});
+  CHECK(saved == dflop::memory_breakdown{3'807'641'600, 7'615'283'200, 2'855'731'200, 822'083'584 + 325'058'560});
+  // Defaults in the call ignore the model's options; the short form uses them.
+  dflop::memory_options options;
+  options.recompute_activations = true;
+  options.optimizer_shards = 8;
+  const dflop::analytic_memory_model configured(model, options);
+  CHECK(configured.estimate_memory(module_kind::llm, 2, slice, 4, microbatch) == saved);
+  CHECK(configured.estimate_memory(module_kind::llm, 2, slice, 4, microbatch, {}) ==
+        plain.estimate_memory(module_kind::llm, 2, slice, 4, microbatch));
+  CHECK(dflop::estimate_memory_with(plain, module_kind::llm, 2, slice, 4, microbatch, {true, 8}) == saved);
+  CHECK_THROWS_WITH(plain.estimate_memory(module_kind::llm, 2, slice, 4, microbatch, {false, 0}),
+                    Catch::Contains("optimizer_shards must be >= 1, got 0"));
+}

@@ -17,6 +17,15 @@ using small_planner = dflop::planner<flops_cost_model, analytic_memory_model>;
 
 namespace {
 
+//! The analytic memory model without per-call choices: the planner cannot turn on memory savers.
+struct memory_without_choices {
+  analytic_memory_model inner;
+  [[nodiscard]] dflop::memory_breakdown estimate_memory(dflop::module_kind kind, int tp, dflop::stage_slice slice,
+                                                        int in_flight, std::span<const dflop::sample> mb) const {
+    return inner.estimate_memory(kind, tp, slice, in_flight, mb);
+  }
+};
+
 small_planner make_planner(const dflop::multimodal_spec& model, const dflop::cluster_spec& cluster,
                            dflop::planner_options options) {
   return small_planner(model, cluster, flops_cost_model(model, cluster.gpu), analytic_memory_model(model), options);
@@ -62,11 +71,14 @@ TEST_CASE("the pruned search returns the brute-force best on a small cluster", "
   double best = std::numeric_limits<double>::infinity();
   parallel_config best_config;
   std::size_t feasible = 0;
-  for (const parallel_config& config : brute.candidates())
-    if (auto seconds = brute.score(config)) {
-      ++feasible;
-      if (*seconds < best) best = *seconds, best_config = config;
-    }
+  // Each candidate counts with its first memory variant that fits (the search's rule).
+  for (const parallel_config& candidate : brute.candidates())
+    for (const parallel_config& config : brute.memory_variants(candidate))
+      if (auto seconds = brute.score(config)) {
+        ++feasible;
+        if (*seconds < best) best = *seconds, best_config = config;
+        break;
+      }
   REQUIRE(feasible > 0);
   REQUIRE(feasible < brute.candidates().size());  // the 24 GiB GPU rules some out: memory is exercised
 
@@ -163,4 +175,64 @@ TEST_CASE("bad planner inputs are rejected with the flag that was wrong", "[plan
   auto planner = make_planner(model, dflop::test::small_cluster(8, 4), options);
   const auto few = dflop::test::small_workload(10);
   CHECK_THROWS_WITH(planner.make_plan(few), Catch::Contains("10 samples cannot fill a global batch of 32"));
+}
+
+TEST_CASE("memory savers are turned on only where a configuration does not fit without them", "[plan]") {
+  const auto model = dflop::test::small_model();
+  const auto workload = dflop::test::small_workload();
+  const auto options = small_options();
+  STATIC_REQUIRE_FALSE(dflop::memory_model_with_choices<memory_without_choices>);
+  const auto plain_planner = [&](const dflop::cluster_spec& cluster) {
+    return dflop::planner<flops_cost_model, memory_without_choices>(
+        model, cluster, flops_cost_model(model, cluster.gpu), memory_without_choices{analytic_memory_model(model)},
+        options);
+  };
+  // The smallest GPU (whole GiB) on which some plan fits without savers.
+  int plain_fits = 0;
+  for (int gib = 1; gib <= 24 && plain_fits == 0; ++gib) {
+    auto planner = plain_planner(dflop::test::small_cluster(8, 4, gib));
+    try {
+      (void)planner.make_plan(workload);
+      plain_fits = gib;
+    } catch (const dflop::infeasible_error&) {
+    }
+  }
+  REQUIRE(plain_fits > 1);
+  const auto tight = dflop::test::small_cluster(8, 4, plain_fits - 1);
+  auto without = plain_planner(tight);
+  CHECK_THROWS_AS(without.make_plan(workload), dflop::infeasible_error);
+
+  // With savers the same GPU runs, and the plan says which it uses.
+  auto with = make_planner(model, tight, options);
+  const auto result = with.make_plan(workload);
+  const auto& chosen = result.chosen.config;
+  const bool saves = chosen.encoder.recompute || chosen.llm.recompute || chosen.encoder.distributed_optimizer ||
+                     chosen.llm.distributed_optimizer;
+  CHECK(saves);
+  CHECK(result.chosen.encoder.degrees == chosen.encoder);
+  CHECK(result.chosen.llm.degrees == chosen.llm);
+  for (const auto& stage : result.memory)
+    CHECK(static_cast<double>(stage.bytes.total()) <= (plain_fits - 1.0) * (1 << 30) * 0.9);
+  // The chosen variant is the first of its base configuration's variants that fits.
+  parallel_config base = chosen;
+  base.encoder.recompute = base.llm.recompute = false;
+  base.encoder.distributed_optimizer = base.llm.distributed_optimizer = false;
+  for (const parallel_config& variant : with.memory_variants(base)) {
+    if (variant == chosen) break;
+    CHECK_FALSE(with.score(variant).has_value());
+  }
+  const auto json = dflop::to_json(result);
+  CHECK(json["config"]["llm"]["recompute"] == chosen.llm.recompute);
+  CHECK(json["config"]["encoder"]["distributed_optimizer"] == chosen.encoder.distributed_optimizer);
+
+  // Recomputation costs time: the same configuration scores slower with it.
+  auto roomy = make_planner(model, dflop::test::small_cluster(8, 4), options);
+  roomy.prepare(workload);
+  parallel_config fast{{1, 1, 2}, {1, 2, 3}, 4};
+  parallel_config recomputing = fast;
+  recomputing.llm.recompute = true;
+  CHECK(*roomy.score(recomputing) > *roomy.score(fast));
+  parallel_config sharded = fast;
+  sharded.llm.distributed_optimizer = true;
+  CHECK(*roomy.score(sharded) == *roomy.score(fast));
 }

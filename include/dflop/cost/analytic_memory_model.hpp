@@ -75,19 +75,30 @@ public:
                   std::to_string(options_.optimizer_shards));
   }
 
-  //! See `memory_model`.
+  //! See `memory_model`: the model's own options.
   [[nodiscard]] memory_breakdown estimate_memory(module_kind kind, int tp, stage_slice slice, int in_flight,
                                                  std::span<const sample> microbatch) const {
+    return estimate_memory(kind, tp, slice, in_flight, microbatch,
+                           {options_.recompute_activations, options_.optimizer_shards});
+  }
+
+  //! See `memory_model_with_choices`: `choices` instead of the options' recomputation and sharding.
+  [[nodiscard]] memory_breakdown estimate_memory(module_kind kind, int tp, stage_slice slice, int in_flight,
+                                                 std::span<const sample> microbatch,
+                                                 const memory_choices& choices) const {
     if (tp < 1) throw error("estimate_memory: TP degree must be >= 1, got " + std::to_string(tp));
     if (in_flight < 0) throw error("estimate_memory: in_flight must be >= 0, got " + std::to_string(in_flight));
     if (slice.layers < 0) throw error("estimate_memory: negative layer count " + std::to_string(slice.layers));
+    if (choices.optimizer_shards < 1)
+      throw error("estimate_memory: optimizer_shards must be >= 1, got " + std::to_string(choices.optimizer_shards));
     const std::int64_t parameters = ceil_div(stage_parameters(kind, slice), tp);
     const auto& precision = options_.precision;
     memory_breakdown memory;
     memory.parameters = parameters * precision.weight_bytes;
     memory.gradients = parameters * precision.gradient_bytes;
-    memory.optimizer_states = ceil_div(parameters * precision.optimizer_bytes, options_.optimizer_shards);
-    memory.activations = activation_bytes(kind, tp, slice, in_flight, shape_of(kind, microbatch));
+    memory.optimizer_states = ceil_div(parameters * precision.optimizer_bytes, choices.optimizer_shards);
+    memory.activations =
+        activation_bytes(kind, tp, slice, in_flight, shape_of(kind, microbatch), choices.recompute_activations);
     return memory;
   }
 
@@ -104,6 +115,12 @@ public:
   //! Activation bytes per GPU for `in_flight` microbatches of `shape` (see the class comment).
   [[nodiscard]] std::int64_t activation_bytes(module_kind kind, int tp, stage_slice slice, int in_flight,
                                               const microbatch_shape& shape) const {
+    return activation_bytes(kind, tp, slice, in_flight, shape, options_.recompute_activations);
+  }
+
+  //! Activation bytes with recomputation on or off regardless of the options.
+  [[nodiscard]] std::int64_t activation_bytes(module_kind kind, int tp, stage_slice slice, int in_flight,
+                                              const microbatch_shape& shape, bool recompute) const {
     const auto tokens = static_cast<std::int64_t>(std::llround(shape.tokens));
     const std::int64_t element = options_.precision.activation_bytes;
     const bool encoder = kind == module_kind::encoder;
@@ -113,7 +130,7 @@ public:
                                                       model_.encoder.ffn, false)
                 : layer_activation_elements_per_token(hidden, model_.llm.heads, model_.llm.kv_heads, model_.llm.ffn,
                                                       true);
-    const std::int64_t stored_layer = options_.recompute_activations ? hidden : full_layer;
+    const std::int64_t stored_layer = recompute ? hidden : full_layer;
     std::int64_t sharded = slice.layers * stored_layer * element;  // per token, before / tp
     std::int64_t replicated = 0;                                   // per token, not sharded
     if (slice.head)
@@ -122,7 +139,7 @@ public:
     if (slice.embedding && encoder) replicated += 3 * model_.encoder.patch_size * model_.encoder.patch_size * element;
     const std::int64_t per_microbatch = ceil_div(tokens * sharded, tp) + tokens * replicated;
     std::int64_t total = in_flight * per_microbatch;
-    if (options_.recompute_activations && slice.layers > 0 && in_flight > 0)
+    if (recompute && slice.layers > 0 && in_flight > 0)
       total += ceil_div(tokens * full_layer * element, tp);
     return total;
   }
@@ -138,6 +155,6 @@ private:
   memory_options options_;
 };
 
-static_assert(memory_model<analytic_memory_model>);
+static_assert(memory_model_with_choices<analytic_memory_model>);
 
 }  // namespace dflop

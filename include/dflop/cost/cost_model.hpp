@@ -49,6 +49,14 @@ struct module_cost {
     return time;
   }
 
+  //! The same with full activation recomputation when `recompute`: each layer's
+  //! forward runs again inside the backward (embedding and head are kept).
+  [[nodiscard]] constexpr pass_time stage(const stage_slice& slice, bool recompute) const noexcept {
+    pass_time time = stage(slice);
+    if (recompute) time.backward += static_cast<double>(slice.layers) * layer.forward;
+    return time;
+  }
+
   //! The whole module on one stage (`layers` layers, embedding and head).
   [[nodiscard]] constexpr pass_time whole(std::int64_t layers) const noexcept {
     return stage(stage_slice{layers, true, true});

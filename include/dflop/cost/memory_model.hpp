@@ -49,4 +49,39 @@ concept memory_model = requires(const Model& model, module_kind kind, int tp, st
   { model.estimate_memory(kind, tp, slice, in_flight, microbatch) } -> std::same_as<memory_breakdown>;
 };
 
+//! Memory-saving techniques a plan may turn on per module, trading time or
+//! communication for bytes: the planner tries them on configurations that do
+//! not fit without them.
+struct memory_choices {
+  bool recompute_activations = false;  //!< full activation recomputation: keep layer inputs, redo the forward in backward
+  std::int64_t optimizer_shards = 1;   //!< optimizer states split over this many DP ranks (distributed optimizer); 1 = none
+
+  friend bool operator==(const memory_choices&, const memory_choices&) = default;
+};
+
+//! A memory model that can also price `memory_choices` (per call, so one model
+//! serves every candidate). Satisfied by `analytic_memory_model`; the planner
+//! tries recomputation and optimizer sharding only with such a model.
+//!
+//!     memory_breakdown estimate_memory(module_kind kind, int tp, stage_slice slice, int in_flight,
+//!                                      std::span<const sample> microbatch, const memory_choices& choices) const;
+template <class Model>
+concept memory_model_with_choices =
+    memory_model<Model> && requires(const Model& model, module_kind kind, int tp, stage_slice slice, int in_flight,
+                                    std::span<const sample> microbatch, const memory_choices& choices) {
+      { model.estimate_memory(kind, tp, slice, in_flight, microbatch, choices) } -> std::same_as<memory_breakdown>;
+    };
+
+//! `memory.estimate_memory` with `choices`; a model without choices is only
+//! asked about the default (no recomputation, no sharding).
+template <memory_model Model>
+[[nodiscard]] memory_breakdown estimate_memory_with(const Model& memory, module_kind kind, int tp, stage_slice slice,
+                                                    int in_flight, std::span<const sample> microbatch,
+                                                    const memory_choices& choices) {
+  if constexpr (memory_model_with_choices<Model>)
+    return memory.estimate_memory(kind, tp, slice, in_flight, microbatch, choices);
+  else
+    return memory.estimate_memory(kind, tp, slice, in_flight, microbatch);
+}
+
 }  // namespace dflop

@@ -237,7 +237,7 @@ private:
         const double bytes = tokens * hidden * 2.0 / d.tp;
         for (std::uint32_t s = 0; s < stages; ++s) {
           const std::size_t at = costs.at(q, k, s, m);
-          const pass_time time = unit.stage(plan.slice(static_cast<int>(s)));
+          const pass_time time = unit.stage(plan.slice(static_cast<int>(s)), d.recompute);
           costs.forward[at] = time.forward;
           if (split_backward) {
             costs.weight[at] = time.backward * weight_share;

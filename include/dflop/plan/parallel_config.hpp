@@ -6,6 +6,8 @@
 //! encoder GPUs first.
 #pragma once
 
+#include <dflop/cost/memory_model.hpp>
+
 #include <cstdint>
 #include <ostream>
 #include <vector>
@@ -17,6 +19,12 @@ struct module_parallelism {
   int tp = 1;  //!< tensor-parallel degree (GPUs sharing each layer)
   int pp = 1;  //!< pipeline stages
   int dp = 1;  //!< data-parallel replicas
+  //! Full activation recomputation: stages keep only layer inputs and redo each
+  //! layer's forward inside its backward (less memory, one more forward of time).
+  bool recompute = false;
+  //! Distributed optimizer (ZeRO-1): optimizer states split over the dp replicas.
+  //! Its reduce-scatter + all-gather moves no more than the all-reduce it replaces.
+  bool distributed_optimizer = false;
 
   //! GPUs the module occupies.
   [[nodiscard]] constexpr int gpus() const noexcept { return tp * pp * dp; }
@@ -26,7 +34,15 @@ struct module_parallelism {
 };
 
 inline std::ostream& operator<<(std::ostream& out, const module_parallelism& degrees) {
-  return out << "tp" << degrees.tp << " pp" << degrees.pp << " dp" << degrees.dp;
+  out << "tp" << degrees.tp << " pp" << degrees.pp << " dp" << degrees.dp;
+  if (degrees.recompute) out << " recompute";
+  if (degrees.distributed_optimizer) out << " dist-opt";
+  return out;
+}
+
+//! The memory-saving choices `degrees` asks the memory model to price.
+[[nodiscard]] constexpr memory_choices memory_choices_of(const module_parallelism& degrees) noexcept {
+  return {degrees.recompute, degrees.distributed_optimizer ? degrees.dp : 1};
 }
 
 //! Both modules' degrees and the microbatch count.

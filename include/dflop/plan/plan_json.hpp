@@ -12,12 +12,18 @@
 
 namespace dflop {
 
-//! One module's degrees and layer ranges: {"tp", "pp", "dp", "layers": [[first, last), ...]}.
+//! One module's degrees, memory savers and layer ranges:
+//! {"tp", "pp", "dp", "recompute", "distributed_optimizer", "layers": [[first, last), ...]}.
 [[nodiscard]] inline nlohmann::ordered_json to_json(const module_plan& module) {
   auto layers = nlohmann::ordered_json::array();
   for (std::size_t s = 0; s + 1 < module.first_layer.size(); ++s)
     layers.push_back({module.first_layer[s], module.first_layer[s + 1]});
-  return {{"tp", module.degrees.tp}, {"pp", module.degrees.pp}, {"dp", module.degrees.dp}, {"layers", layers}};
+  return {{"tp", module.degrees.tp},
+          {"pp", module.degrees.pp},
+          {"dp", module.degrees.dp},
+          {"recompute", module.degrees.recompute},
+          {"distributed_optimizer", module.degrees.distributed_optimizer},
+          {"layers", layers}};
 }
 
 //! A method's configuration: {"encoder", "llm", "microbatches", "schedule"}.

@@ -125,7 +125,7 @@ public:
     const auto best = search(result.search, baseline_configs);
     if (!best) throw infeasible_error(closest_miss_text());
     result.chosen = *best;
-    result.memory = stage_memories(layout_of(best->config, partitioner_), tail_cache_);
+    result.memory = stage_memories(best->config, partitioner_, tail_cache_);
     result.search.scoring_seconds = lap();
     result.search.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return result;
@@ -141,7 +141,7 @@ public:
     const auto layout = layout_of(config, partitioner_);
     tail_samples tails;
     const double seconds = simulate_all(layout, packer_, options_.batch, &tails);
-    if (memory_shortfall(layout, tails) > 0) return std::nullopt;
+    if (memory_shortfall(config, partitioner_, tails) > 0) return std::nullopt;
     return seconds;
   }
 
@@ -159,6 +159,29 @@ public:
     configs.reserve(candidates_.size());
     for (const auto& candidate : candidates_) configs.push_back(candidate.config);
     return configs;
+  }
+
+  //! The memory savers the search tries on `base` when it does not fit as it
+  //! is, cheapest first; the first variant whose tail microbatches fit is the one
+  //! scored. In order: `base`; the distributed optimizer (free in compute: its
+  //! reduce-scatter + all-gather replaces the all-reduce); then activation
+  //! recomputation (one more forward) of the encoder, of the LLM, of both.
+  //! Only a memory model that prices `memory_choices` gets more than `base`.
+  [[nodiscard]] std::vector<parallel_config> memory_variants(const parallel_config& base) const {
+    std::vector<parallel_config> variants{base};
+    if constexpr (memory_model_with_choices<Memory>) {
+      parallel_config sharded = base;
+      sharded.encoder.distributed_optimizer = base.encoder.dp > 1;
+      sharded.llm.distributed_optimizer = base.llm.dp > 1;
+      if (!(sharded == base)) variants.push_back(sharded);
+      for (const auto& [encoder, llm] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+        parallel_config saver = sharded;
+        saver.encoder.recompute = encoder;
+        saver.llm.recompute = llm;
+        variants.push_back(saver);
+      }
+    }
+    return variants;
   }
 
   //! The layout (layer splits, op lists) of a chosen method's configuration.
@@ -215,6 +238,7 @@ private:
     partitions_.clear();
     even_partitions_.clear();
     module_infos_.clear();
+    schedules_.clear();
     const int gpus = cluster_.gpus;
     for (int encoder_gpus = 1; encoder_gpus < gpus; ++encoder_gpus) {
       const auto encoder_options = module_parallelisms(encoder_gpus, cluster_.gpus_per_node, model_.encoder.heads,
@@ -300,10 +324,24 @@ private:
     return make_module_plan(degrees, found->second);
   }
 
+  // The schedule's op lists and in-flight peaks per pipeline shape, built once:
+  // memory checks of thousands of candidates need only the peaks.
+  struct schedule_entry {
+    pipeline_schedule schedule;
+    std::vector<std::uint32_t> peaks;
+  };
+  [[nodiscard]] const schedule_entry& schedule_of(const parallel_config& config) {
+    const auto key = std::make_pair(config.stages(), config.microbatches);
+    if (auto found = schedules_.find(key); found != schedules_.end()) return found->second;
+    plan_layout layout = make_plan_layout(config, {}, {}, schedule_);  // rejects interleaving schedules
+    auto peaks = peak_activations(layout.schedule);
+    return schedules_.emplace(key, schedule_entry{std::move(layout.schedule), std::move(peaks)}).first->second;
+  }
+
   template <layer_partitioner P>
   [[nodiscard]] plan_layout layout_of(const parallel_config& config, const P& policy) {
-    return make_plan_layout(config, module_plan_of(module_kind::encoder, config.encoder, policy),
-                            module_plan_of(module_kind::llm, config.llm, policy), schedule_);
+    return {config, module_plan_of(module_kind::encoder, config.encoder, policy),
+            module_plan_of(module_kind::llm, config.llm, policy), schedule_of(config).schedule};
   }
 
   // The mean cost of one of `parts` microbatches cut in arrival order from the first batch.
@@ -382,26 +420,32 @@ private:
     return static_cast<double>(cluster_.gpu.memory_bytes) * (1.0 - options_.memory_headroom);
   }
 
-  // Memory of every stage with the tail microbatches and the schedule's in-flight peaks.
-  [[nodiscard]] std::vector<stage_memory> stage_memories(const plan_layout& layout, const tail_samples& tails) const {
-    const auto peaks = peak_activations(layout.schedule);
+  // Memory of every stage of `config` (layers split by `policy`) with the tail
+  // microbatches and the schedule's in-flight peaks; builds no op lists.
+  template <layer_partitioner P>
+  [[nodiscard]] std::vector<stage_memory> stage_memories(const parallel_config& config, const P& policy,
+                                                         const tail_samples& tails) {
+    const auto& peaks = schedule_of(config).peaks;
     std::vector<stage_memory> memories;
     for (module_kind kind : all_module_kinds) {
-      const module_plan& plan = kind == module_kind::encoder ? layout.encoder : layout.llm;
-      const auto& tail = kind == module_kind::encoder ? tails.encoder : tails.llm;
+      const bool encoder = kind == module_kind::encoder;
+      const module_plan plan = module_plan_of(kind, encoder ? config.encoder : config.llm, policy);
+      const auto& tail = encoder ? tails.encoder : tails.llm;
       for (int s = 0; s < plan.degrees.pp; ++s) {
-        const int in_flight = static_cast<int>(peaks[static_cast<std::size_t>(layout.position(kind, s))]);
-        memories.push_back(
-            {kind, s, in_flight, memory_.estimate_memory(kind, plan.degrees.tp, plan.slice(s), in_flight, tail)});
+        const int in_flight = static_cast<int>(peaks[static_cast<std::size_t>(encoder ? s : config.encoder.pp + s)]);
+        memories.push_back({kind, s, in_flight,
+                            estimate_memory_with(memory_, kind, plan.degrees.tp, plan.slice(s), in_flight, tail,
+                                                 memory_choices_of(plan.degrees))});
       }
     }
     return memories;
   }
 
   // Bytes by which the worst stage exceeds usable memory (<= 0: fits).
-  [[nodiscard]] double memory_shortfall(const plan_layout& layout, const tail_samples& tails) const {
+  template <layer_partitioner P>
+  [[nodiscard]] double memory_shortfall(const parallel_config& config, const P& policy, const tail_samples& tails) {
     double worst = -std::numeric_limits<double>::infinity();
-    for (const auto& stage : stage_memories(layout, tails))
+    for (const auto& stage : stage_memories(config, policy, tails))
       worst = std::max(worst, static_cast<double>(stage.bytes.total()) - capacity());
     return worst;
   }
@@ -499,13 +543,60 @@ private:
     return typical;
   }
 
+  // A configuration scored by the scan: its simulated seconds, the memory
+  // variant that fits, and the candidate it came from.
+  struct scanned {
+    double seconds = 0;
+    parallel_config config;
+    double estimate = 0;
+  };
+
+  // Scores `base` with the cheapest memory variant whose typical microbatches
+  // fit, moving on to costlier variants while the tail microbatches do not.
+  // nullopt (with the miss noted) when none fits.
+  [[nodiscard]] std::optional<scanned> scan_candidate(const candidate& c, const batch_options& options,
+                                                      search_statistics& statistics) {
+    const auto variants = memory_variants(c.config);
+    std::size_t next = 0;
+    const auto fits_quickly = [&]() {
+      for (; next < variants.size(); ++next) {
+        const double shortfall = memory_shortfall(variants[next], partitioner_, typical_microbatches(c.config));
+        if (shortfall <= 0) return true;
+        note_miss(variants[next], shortfall);
+      }
+      return false;
+    };
+    while (fits_quickly()) {
+      const parallel_config& config = variants[next];
+      const plan_layout layout = layout_of(config, partitioner_);
+      tail_samples tails;
+      const double seconds = simulate_all(layout, packer_, options, &tails);
+      ++statistics.simulated;
+      if (const double shortfall = memory_shortfall(config, partitioner_, tails); shortfall > 0) {
+        note_miss(config, shortfall);
+        ++next;
+        // Variants that change no time (the distributed optimizer) reuse this simulation.
+        for (; next < variants.size() && variants[next].encoder.recompute == config.encoder.recompute &&
+               variants[next].llm.recompute == config.llm.recompute;
+             ++next) {
+          const double sharded = memory_shortfall(variants[next], partitioner_, tails);
+          if (sharded <= 0) return scanned{seconds, variants[next], c.estimate};
+          note_miss(variants[next], sharded);
+        }
+        continue;
+      }
+      return scanned{seconds, config, c.estimate};
+    }
+    return std::nullopt;
+  }
+
   [[nodiscard]] std::optional<method_result> search(search_statistics& statistics,
                                                     std::span<const parallel_config> extra_finalists = {}) {
     statistics.candidates = candidates_.size();
     std::optional<method_result> best;
     progress_bar bar(options_.progress, "planning", candidates_.size(), options_.progress_interactive);
     std::size_t fitting = 0;
-    std::vector<std::pair<double, std::size_t>> finalists;  // (scan seconds, candidate index)
+    std::vector<scanned> finalists;
     batch_options scan_options = options_.batch;
     if (scan_options.order == order_policy::neh) scan_options.order = order_policy::johnson;
     for (const std::size_t index : scoring_order_) {
@@ -526,52 +617,38 @@ private:
         ++statistics.over_budget;
         continue;
       }
-      const plan_layout layout = layout_of(c.config, partitioner_);
-      const double quick_shortfall = memory_shortfall(layout, typical_microbatches(c.config));
-      if (quick_shortfall > 0) {
+      const auto found = scan_candidate(c, scan_options, statistics);
+      if (!found) {
         ++statistics.memory_rejected;
-        note_miss(c.config, quick_shortfall);
-        continue;
-      }
-      tail_samples tails;
-      const double seconds = simulate_all(layout, packer_, scan_options, &tails);
-      ++statistics.simulated;
-      const double shortfall = memory_shortfall(layout, tails);
-      if (shortfall > 0) {
-        ++statistics.memory_rejected;
-        note_miss(c.config, shortfall);
         continue;
       }
       ++fitting;
-      finalists.push_back({seconds, index});
-      if (!best || seconds < best->iteration_seconds)
-        best = method_result{"dflop", c.config, layout.encoder, layout.llm, c.estimate, seconds, true, 0, 0};
+      finalists.push_back(*found);
+      if (!best || found->seconds < best->iteration_seconds) {
+        const plan_layout layout = layout_of(found->config, partitioner_);
+        best = method_result{"dflop", found->config, layout.encoder, layout.llm, c.estimate, found->seconds, true, 0, 0};
+      }
     }
     bar.finish();
 
     // The scan ordered slots with Johnson's rule (one simulation); the few best
     // are scored again with the configured order policy, and the winner's
     // figures are those of that final scoring: what schedule_batch will do.
-    std::stable_sort(finalists.begin(), finalists.end());
+    std::stable_sort(finalists.begin(), finalists.end(),
+                     [](const scanned& a, const scanned& b) { return a.seconds < b.seconds; });
     finalists.resize(std::min(finalists.size(), std::max<std::size_t>(1, options_.finalists)));
-    for (const parallel_config& config : extra_finalists) {
-      const auto found = std::find_if(candidates_.begin(), candidates_.end(),
-                                      [&](const candidate& c) { return c.config == config; });
-      const auto index = static_cast<std::size_t>(found - candidates_.begin());
-      if (found != candidates_.end() &&
-          std::none_of(finalists.begin(), finalists.end(), [&](const auto& f) { return f.second == index; }))
-        finalists.push_back({0.0, index});
-    }
+    for (const parallel_config& config : extra_finalists)
+      if (std::none_of(finalists.begin(), finalists.end(), [&](const scanned& f) { return f.config == config; }))
+        finalists.push_back({0.0, config, 0.0});
     best.reset();
-    for (const auto& [scan_seconds, index] : finalists) {
-      const candidate& c = candidates_[index];
-      const plan_layout layout = layout_of(c.config, partitioner_);
+    for (const scanned& finalist : finalists) {
+      const plan_layout layout = layout_of(finalist.config, partitioner_);
       tail_samples tails;
       const double seconds = simulate_all(layout, packer_, options_.batch, &tails);
-      if (memory_shortfall(layout, tails) > 0) continue;  // another slot order, another tail: still must fit
+      if (memory_shortfall(finalist.config, partitioner_, tails) > 0) continue;  // another slot order, another tail: still must fit
       if (!best || seconds < best->iteration_seconds) {
-        best = method_result{"dflop", c.config, layout.encoder, layout.llm, c.estimate, seconds, true, 0, 0};
-        best->peak_memory_gib = peak_gib(stage_memories(layout, tails));
+        best = method_result{"dflop", finalist.config, layout.encoder, layout.llm, finalist.estimate, seconds, true, 0, 0};
+        best->peak_memory_gib = peak_gib(stage_memories(finalist.config, partitioner_, tails));
         tail_cache_ = std::move(tails);
       }
     }
@@ -610,24 +687,32 @@ private:
     const sample mean = mean_sample();
     std::vector<method_result> ranked;
     for (const candidate& c : candidates_) {
-      const parallel_config& config = c.config;
-      const plan_layout layout = layout_of(config, even_layers{});
       const auto per_bin = static_cast<std::size_t>(
-          std::max(1L, std::lround(static_cast<double>(options_.global_batch) / config.bins())));
+          std::max(1L, std::lround(static_cast<double>(options_.global_batch) / c.config.bins())));
       const auto per_encoder_part = static_cast<std::size_t>(std::max(
-          1L, std::lround(static_cast<double>(options_.global_batch) / (config.encoder.dp * config.microbatches))));
+          1L, std::lround(static_cast<double>(options_.global_batch) / (c.config.encoder.dp * c.config.microbatches))));
       tail_samples mean_microbatches{std::vector<sample>(per_bin, mean), std::vector<sample>(per_encoder_part, mean)};
-      const double shortfall = reference ? reference_memory_shortfall(layout, mean_microbatches)
-                                         : memory_shortfall(layout, mean_microbatches);
-      if (shortfall > 0) continue;
-      const module_cost encoder = cost_.estimate_time(module_kind::encoder, config.encoder.tp, mean_microbatches.encoder);
-      const module_cost llm = cost_.estimate_time(module_kind::llm, config.llm.tp, mean_microbatches.llm);
-      double slowest = 0;
-      for (int s = 0; s < config.encoder.pp; ++s) slowest = std::max(slowest, encoder.stage(layout.encoder.slice(s)).total());
-      for (int s = 0; s < config.llm.pp; ++s) slowest = std::max(slowest, llm.stage(layout.llm.slice(s)).total());
-      const double estimate = (config.microbatches + config.stages() - 1) * slowest;
-      ranked.push_back(method_result{reference ? "dflop_reference" : "data_blind", config, layout.encoder, layout.llm,
-                                     estimate, 0, true, 0, 0});
+      // Like a user of such a framework, the method turns on memory savers only
+      // when its memory rule says the configuration does not fit without them.
+      for (const parallel_config& config : memory_variants(c.config)) {
+        const double shortfall = reference ? reference_memory_shortfall(config, mean_microbatches)
+                                           : memory_shortfall(config, even_layers{}, mean_microbatches);
+        if (shortfall > 0) continue;
+        const module_cost encoder =
+            cost_.estimate_time(module_kind::encoder, config.encoder.tp, mean_microbatches.encoder);
+        const module_cost llm = cost_.estimate_time(module_kind::llm, config.llm.tp, mean_microbatches.llm);
+        const module_plan encoder_plan = module_plan_of(module_kind::encoder, config.encoder, even_layers{});
+        const module_plan llm_plan = module_plan_of(module_kind::llm, config.llm, even_layers{});
+        double slowest = 0;
+        for (int s = 0; s < config.encoder.pp; ++s)
+          slowest = std::max(slowest, encoder.stage(encoder_plan.slice(s), config.encoder.recompute).total());
+        for (int s = 0; s < config.llm.pp; ++s)
+          slowest = std::max(slowest, llm.stage(llm_plan.slice(s), config.llm.recompute).total());
+        const double estimate = (config.microbatches + config.stages() - 1) * slowest;
+        ranked.push_back(method_result{reference ? "dflop_reference" : "data_blind", config, encoder_plan, llm_plan,
+                                       estimate, 0, true, 0, 0});
+        break;
+      }
     }
     std::stable_sort(ranked.begin(), ranked.end(),
                      [](const method_result& a, const method_result& b) { return a.estimated_seconds < b.estimated_seconds; });
@@ -647,7 +732,7 @@ private:
       options.assignment = slot_assignment::round_robin;
       const tail_samples tails = reference ? assigned_tails(layout, refined_packer{}, options)
                                            : assigned_tails(layout, sequential_packer{}, options);
-      if (memory_shortfall(layout, tails) > 0) {
+      if (memory_shortfall(choice.config, even_layers{}, tails) > 0) {
         ++out_of_memory;
         continue;
       }
@@ -661,14 +746,16 @@ private:
     return std::nullopt;
   }
 
-  [[nodiscard]] double reference_memory_shortfall(const plan_layout& layout, const tail_samples& microbatches) const {
+  [[nodiscard]] double reference_memory_shortfall(const parallel_config& config, const tail_samples& microbatches) {
     double worst = -std::numeric_limits<double>::infinity();
     for (module_kind kind : all_module_kinds) {
-      const module_plan& plan = kind == module_kind::encoder ? layout.encoder : layout.llm;
+      const module_plan plan =
+          module_plan_of(kind, kind == module_kind::encoder ? config.encoder : config.llm, even_layers{});
       const auto& samples = kind == module_kind::encoder ? microbatches.encoder : microbatches.llm;
       for (int s = 0; s < plan.degrees.pp; ++s)
-        worst = std::max(worst, static_cast<double>(
-                                    memory_.estimate_memory(kind, plan.degrees.tp, plan.slice(s), 1, samples).total()) -
+        worst = std::max(worst, static_cast<double>(estimate_memory_with(memory_, kind, plan.degrees.tp, plan.slice(s),
+                                                                         1, samples, memory_choices_of(plan.degrees))
+                                                        .total()) -
                                     capacity());
     }
     return worst;
@@ -684,9 +771,8 @@ private:
       choice.iteration_seconds = simulate_all(layout, sequential_packer{}, options, &tails);
     else
       choice.iteration_seconds = simulate_all(layout, refined_packer{}, options, &tails);
-    const auto memories = stage_memories(layout, tails);
-    choice.peak_memory_gib = peak_gib(memories);
-    choice.fits_memory = memory_shortfall(layout, tails) <= 0;
+    choice.peak_memory_gib = peak_gib(stage_memories(choice.config, even_layers{}, tails));
+    choice.fits_memory = memory_shortfall(choice.config, even_layers{}, tails) <= 0;
     return choice;
   }
 
@@ -724,6 +810,7 @@ private:
   std::map<std::tuple<module_kind, int, int>, layer_partition> partitions_;
   std::map<std::tuple<module_kind, int, int>, layer_partition> even_partitions_;
   std::map<std::tuple<module_kind, int, int, int>, module_info> module_infos_;
+  std::map<std::pair<int, int>, schedule_entry> schedules_;  // by (stages, microbatches)
   std::optional<std::pair<parallel_config, double>> closest_miss_;
   tail_samples tail_cache_;
 };

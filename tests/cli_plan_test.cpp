@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dflop plan` and `dflop demo`: the JSON fields the issue promises, the
+// side-by-side table, the trace file, and exit status 2 with a clear message for
+// bad input. Small clusters keep each run well under a second.
+#include "cli_support.hpp"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <string>
+
+using dflop::test::run_cli;
+using dflop::test::write_scratch_file;
+
+namespace {
+
+// A workload file of 200 samples from the generator, so `--workload` is exercised.
+std::string small_trace() {
+  const std::string path = std::string(DFLOP_TEST_SCRATCH_DIR) + "/plan_workload.jsonl";
+  const auto made = run_cli("generate --mixture onevision --samples 200 --seed 3 --output '" + path + "'", "plan_gen");
+  REQUIRE(made.exit_code == 0);
+  return path;
+}
+
+const std::string small_case = " --model siglip-400m+qwen2.5-7b --gpus 16 --gpus-per-node 8 --gpu h100-80gb"
+                               " --global-batch 64 --batches 2 --seed 1";
+
+}  // namespace
+
+TEST_CASE("plan --json prints the configuration, prediction, memory and both baselines", "[plan][cli]") {
+  const auto result = run_cli("plan --workload '" + small_trace() + "'" + small_case + " --json", "plan_json");
+  INFO(result.err);
+  REQUIRE(result.exit_code == 0);
+  const auto plan = nlohmann::json::parse(result.out);
+  const auto& config = plan["config"];
+  int gpus = 0;
+  for (const char* module : {"encoder", "llm"}) {
+    const auto& degrees = config[module];
+    gpus += degrees["tp"].get<int>() * degrees["pp"].get<int>() * degrees["dp"].get<int>();
+    CHECK(degrees["layers"].size() == degrees["pp"].get<std::size_t>());
+    CHECK(degrees.contains("recompute"));
+    CHECK(degrees.contains("distributed_optimizer"));
+  }
+  CHECK(gpus == 16);
+  CHECK(config["microbatches"].get<int>() >= 1);
+  CHECK(config["schedule"] == "1f1b");
+  const double seconds = plan["iteration_seconds"].get<double>();
+  CHECK(seconds > 0);
+  CHECK(plan["samples_per_second"].get<double>() == Approx(64 / seconds));
+  CHECK(plan["ideal_seconds"].get<double>() <= seconds);
+  CHECK(plan["memory_gib"].size() ==
+        config["encoder"]["pp"].get<std::size_t>() + config["llm"]["pp"].get<std::size_t>());
+  for (const char* method : {"data_blind", "dflop_reference"}) {
+    INFO(method);
+    const auto& baseline = plan["baselines"][method];
+    REQUIRE(baseline.is_object());
+    CHECK(baseline["config"].contains("encoder"));
+    CHECK(baseline["iteration_seconds"].get<double>() >= seconds * (1 - 1e-12));
+  }
+}
+
+TEST_CASE("plan prints the side-by-side table and writes a trace", "[plan][cli]") {
+  const std::string trace = std::string(DFLOP_TEST_SCRATCH_DIR) + "/plan_trace.json";
+  const auto result = run_cli("plan" + small_case + " --trace '" + trace + "'", "plan_text");
+  INFO(result.err);
+  REQUIRE(result.exit_code == 0);
+  for (const char* row : {"data_blind", "dflop_reference", "dflop ", "ideal"}) CHECK_THAT(result.out, Catch::Contains(row));
+  std::ifstream file(trace);
+  REQUIRE(file.good());
+  const auto events = nlohmann::json::parse(file);
+  CHECK(!events["traceEvents"].empty());
+}
+
+TEST_CASE("plan rejects bad input with exit status 2 and says what was wrong", "[plan][cli]") {
+  const auto unknown_model = run_cli("plan --model nope+qwen2.5-7b --gpus 16", "plan_bad_model");
+  CHECK(unknown_model.exit_code == 2);
+  CHECK_THAT(unknown_model.err, Catch::Contains("nope"));
+  const auto bad_gpus = run_cli("plan --gpus 12 --gpus-per-node 8", "plan_bad_gpus");
+  CHECK(bad_gpus.exit_code == 2);
+  CHECK_THAT(bad_gpus.err, Catch::Contains("whole nodes"));
+  const auto missing = run_cli("plan --workload '" + std::string(DFLOP_TEST_SCRATCH_DIR) + "/missing.jsonl'",
+                               "plan_missing");
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Catch::Contains("missing.jsonl"));
+  const auto bad_line = write_scratch_file("plan_bad.jsonl", "{\"id\": \"a\", \"modality\": \"text\"}\n");
+  const auto malformed = run_cli("plan --workload '" + bad_line + "'" + small_case, "plan_malformed");
+  CHECK(malformed.exit_code == 2);
+  CHECK_THAT(malformed.err, Catch::Contains("plan_bad.jsonl:1"));
+}
