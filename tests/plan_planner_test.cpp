@@ -106,6 +106,13 @@ TEST_CASE("plans are deterministic for a seed", "[plan]") {
   CHECK(first.memory == second.memory);
   CHECK(first.baselines == second.baselines);
   CHECK(first.ideal_seconds == second.ideal_seconds);
+  // Batches are scored on several threads; the count changes nothing.
+  for (unsigned threads : {1U, 3U}) {
+    options.threads = threads;
+    auto threaded = make_planner(model, cluster, options).make_plan(workload);
+    CHECK(threaded.chosen == first.chosen);
+    CHECK(threaded.baselines == first.baselines);
+  }
 }
 
 TEST_CASE("the plan beats both baselines and never beats the ideal", "[plan]") {
@@ -214,10 +221,7 @@ TEST_CASE("memory savers are turned on only where a configuration does not fit w
   for (const auto& stage : result.memory)
     CHECK(static_cast<double>(stage.bytes.total()) <= (plain_fits - 1.0) * (1 << 30) * 0.9);
   // The chosen variant is the first of its base configuration's variants that fits.
-  parallel_config base = chosen;
-  base.encoder.recompute = base.llm.recompute = false;
-  base.encoder.distributed_optimizer = base.llm.distributed_optimizer = false;
-  for (const parallel_config& variant : with.memory_variants(base)) {
+  for (const parallel_config& variant : with.memory_variants(dflop::without_memory_savers(chosen))) {
     if (variant == chosen) break;
     CHECK_FALSE(with.score(variant).has_value());
   }

@@ -9,6 +9,7 @@
 #include <dflop/cost/memory_model.hpp>
 
 #include <cstdint>
+#include <initializer_list>
 #include <ostream>
 #include <vector>
 
@@ -61,6 +62,15 @@ struct parallel_config {
   friend bool operator==(const parallel_config&, const parallel_config&) = default;
   friend auto operator<=>(const parallel_config&, const parallel_config&) = default;
 };
+
+//! `config` with recomputation and the distributed optimizer off in both modules.
+[[nodiscard]] constexpr parallel_config without_memory_savers(parallel_config config) noexcept {
+  for (module_parallelism* degrees : {&config.encoder, &config.llm}) {
+    degrees->recompute = false;
+    degrees->distributed_optimizer = false;
+  }
+  return config;
+}
 
 inline std::ostream& operator<<(std::ostream& out, const parallel_config& config) {
   return out << "encoder(" << config.encoder << ") llm(" << config.llm << ") m" << config.microbatches;

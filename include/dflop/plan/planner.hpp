@@ -28,12 +28,14 @@
 #include <dflop/schedule/by_name.hpp>
 #include <dflop/schedule/concept.hpp>
 #include <dflop/sim/costs.hpp>
+#include <dflop/util/parallel_for.hpp>
 #include <dflop/util/progress.hpp>
 #include <dflop/workload/sampling.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -59,6 +61,7 @@ struct planner_options {
   bool prune_by_bound = true;            //!< skip candidates whose lower bound cannot win
   bool baselines = true;                 //!< also choose and score data_blind and dflop_reference
   std::size_t baseline_attempts = 256;   //!< a baseline's choices tried before giving up on one that fits
+  unsigned threads = 0;                  //!< threads scoring the sampled batches (0: the hardware's); same plan for any count
   double ideal_efficiency = throughput_curve{}.max_efficiency;  //!< best fraction of peak any kernel reaches
   std::ostream* progress = nullptr;      //!< progress output (null: none)
   bool progress_interactive = false;     //!< redraw in place (a terminal) or print lines
@@ -207,10 +210,17 @@ private:
     double lower_bound = 0;  // no simulated score of this configuration is below it
   };
 
+  // One microbatch per module, viewed: what a memory check prices.
+  struct microbatch_views {
+    std::span<const sample> llm;
+    std::span<const sample> encoder;
+  };
+
   // The samples of the tail microbatches seen while scoring a configuration.
   struct tail_samples {
     std::vector<sample> llm;
     std::vector<sample> encoder;
+    operator microbatch_views() const noexcept { return {llm, encoder}; }  // NOLINT: views are what checks take
   };
 
   // ---------------------------------------------------------------- enumeration
@@ -344,14 +354,20 @@ private:
             module_plan_of(module_kind::llm, config.llm, policy), schedule_of(config).schedule};
   }
 
-  // The mean cost of one of `parts` microbatches cut in arrival order from the first batch.
+  // The mean cost of one of `parts` microbatches cut in arrival order from the
+  // first batch. Beyond `most_priced` parts an evenly spaced `most_priced` of them
+  // are priced: thousands of distinct part counts (1024 GPUs) would otherwise
+  // each price the whole batch; spaced chunks keep the mean unbiased.
   [[nodiscard]] const module_cost& mean_bin(module_kind kind, int tp, int parts) {
+    constexpr int most_priced = 512;
     const auto key = std::make_tuple(kind, tp, parts);
     if (auto found = mean_bins_.find(key); found != mean_bins_.end()) return found->second;
     const auto& batch = batches_.front();
     module_cost sum;
     const std::size_t n = batch.size();
-    for (int part = 0; part < parts; ++part) {
+    const int priced = std::min(parts, most_priced);
+    for (int i = 0; i < priced; ++i) {
+      const int part = static_cast<int>(static_cast<std::int64_t>(i) * parts / priced);
       const std::size_t begin = n * static_cast<std::size_t>(part) / static_cast<std::size_t>(parts);
       const std::size_t end = n * static_cast<std::size_t>(part + 1) / static_cast<std::size_t>(parts);
       const module_cost one = cost_.estimate_time(kind, tp, std::span<const sample>(batch).subspan(begin, end - begin));
@@ -359,7 +375,7 @@ private:
       sum.embedding = sum.embedding + one.embedding;
       sum.head = sum.head + one.head;
     }
-    const double scale = 1.0 / parts;
+    const double scale = 1.0 / priced;
     return mean_bins_.emplace(key, module_cost{scale * sum.layer, scale * sum.embedding, scale * sum.head}).first->second;
   }
 
@@ -424,7 +440,7 @@ private:
   // microbatches and the schedule's in-flight peaks; builds no op lists.
   template <layer_partitioner P>
   [[nodiscard]] std::vector<stage_memory> stage_memories(const parallel_config& config, const P& policy,
-                                                         const tail_samples& tails) {
+                                                         const microbatch_views& tails) {
     const auto& peaks = schedule_of(config).peaks;
     std::vector<stage_memory> memories;
     for (module_kind kind : all_module_kinds) {
@@ -443,7 +459,7 @@ private:
 
   // Bytes by which the worst stage exceeds usable memory (<= 0: fits).
   template <layer_partitioner P>
-  [[nodiscard]] double memory_shortfall(const parallel_config& config, const P& policy, const tail_samples& tails) {
+  [[nodiscard]] double memory_shortfall(const parallel_config& config, const P& policy, const microbatch_views& tails) {
     double worst = -std::numeric_limits<double>::infinity();
     for (const auto& stage : stage_memories(config, policy, tails))
       worst = std::max(worst, static_cast<double>(stage.bytes.total()) - capacity());
@@ -471,41 +487,62 @@ private:
 
   // The p99 microbatches of a fixed assignment rule, without simulating.
   template <packer P>
-  tail_samples assigned_tails(const plan_layout& layout, const P& pack_policy, batch_options options) {
-    batch_scheduler<Cost, Memory, P> scheduler(model_, cluster_, cost_, memory_, pack_policy);
-    batch_schedule schedule;
-    std::vector<std::pair<std::int64_t, std::vector<sample>>> llm_bins;
-    std::vector<std::pair<std::int64_t, std::vector<sample>>> encoder_parts;
-    for (std::size_t b = 0; b < batches_.size(); ++b) {
-      options.seed = options_.seed + b;
-      scheduler.assign_only(layout, batches_[b], options, schedule);
-      collect(batches_[b], schedule.llm_microbatches, &sample::llm_tokens, llm_bins);
-      collect(batches_[b], schedule.encoder_parts, &sample::encoder_tokens, encoder_parts);
-    }
-    return {p99_members(llm_bins), p99_members(encoder_parts)};
+  tail_samples assigned_tails(const plan_layout& layout, const P& pack_policy, const batch_options& options) {
+    return over_batches(layout, pack_policy, options, nullptr, true);
   }
 
   // Mean simulated seconds over the sampled batches; collects the p99 microbatches.
   template <packer P>
-  double simulate_all(const plan_layout& layout, const P& pack_policy, batch_options options, tail_samples* tails) {
-    batch_scheduler<Cost, Memory, P> scheduler(model_, cluster_, cost_, memory_, pack_policy);
-    batch_schedule schedule;
+  double simulate_all(const plan_layout& layout, const P& pack_policy, const batch_options& options,
+                      tail_samples* tails) {
+    double seconds = 0;
+    tail_samples found = over_batches(layout, pack_policy, options, &seconds, tails != nullptr);
+    if (tails != nullptr) *tails = std::move(found);
+    return seconds;
+  }
+
+  // Schedules (or, without `seconds`, only assigns) every sampled batch, on
+  // `planner_options::threads` threads: each batch's results land in its own
+  // slot and are combined in batch order, so any thread count gives the same
+  // figures. Sets `*seconds` to the mean prediction; returns the p99 microbatches
+  // when `want_tails`.
+  template <packer P>
+  tail_samples over_batches(const plan_layout& layout, const P& pack_policy, const batch_options& options,
+                            double* seconds, bool want_tails) {
+    using groups = std::vector<std::pair<std::int64_t, std::vector<sample>>>;
+    struct batch_result {
+      double seconds = 0;
+      groups llm_bins, encoder_parts;
+    };
+    std::vector<batch_result> results(batches_.size());
+    const unsigned threads = options_.threads == 0 ? default_thread_count() : options_.threads;
+    std::vector<batch_scheduler<Cost, Memory, P>> schedulers;
+    std::vector<batch_schedule> schedules(std::min<std::size_t>(threads, batches_.size()));
+    for (std::size_t w = 0; w < schedules.size(); ++w) schedulers.emplace_back(model_, cluster_, cost_, memory_, pack_policy);
+    parallel_for(batches_.size(), threads, [&](std::size_t b, unsigned worker) {
+      batch_options own = options;
+      own.seed = options_.seed + b;
+      batch_schedule& schedule = schedules[worker];
+      if (seconds != nullptr) {
+        schedulers[worker].schedule(layout, batches_[b], own, schedule);
+        results[b].seconds = schedule.predicted_seconds;
+      } else {
+        schedulers[worker].assign_only(layout, batches_[b], own, schedule);
+      }
+      if (!want_tails) return;
+      collect(batches_[b], schedule.llm_microbatches, &sample::llm_tokens, results[b].llm_bins);
+      collect(batches_[b], schedule.encoder_parts, &sample::encoder_tokens, results[b].encoder_parts);
+    });
     double total = 0;
-    std::vector<std::pair<std::int64_t, std::vector<sample>>> llm_bins;
-    std::vector<std::pair<std::int64_t, std::vector<sample>>> encoder_parts;
-    for (std::size_t b = 0; b < batches_.size(); ++b) {
-      options.seed = options_.seed + b;
-      scheduler.schedule(layout, batches_[b], options, schedule);
-      total += schedule.predicted_seconds;
-      if (tails == nullptr) continue;
-      collect(batches_[b], schedule.llm_microbatches, &sample::llm_tokens, llm_bins);
-      collect(batches_[b], schedule.encoder_parts, &sample::encoder_tokens, encoder_parts);
+    groups llm_bins, encoder_parts;
+    for (auto& result : results) {
+      total += result.seconds;
+      std::move(result.llm_bins.begin(), result.llm_bins.end(), std::back_inserter(llm_bins));
+      std::move(result.encoder_parts.begin(), result.encoder_parts.end(), std::back_inserter(encoder_parts));
     }
-    if (tails != nullptr) {
-      tails->llm = p99_members(llm_bins);
-      tails->encoder = p99_members(encoder_parts);
-    }
-    return total / static_cast<double>(batches_.size());
+    if (seconds != nullptr) *seconds = total / static_cast<double>(batches_.size());
+    if (!want_tails) return {};
+    return {p99_members(llm_bins), p99_members(encoder_parts)};
   }
 
   static void collect(const std::vector<sample>& batch, const std::vector<std::vector<std::uint32_t>>& groups,
@@ -686,21 +723,37 @@ private:
   [[nodiscard]] std::vector<method_result> rank_by_mean(bool reference) {
     const sample mean = mean_sample();
     std::vector<method_result> ranked;
+    // Microbatches of k mean samples and their costs, per k (and TP): a million
+    // candidates share a few hundred sizes.
+    std::map<std::size_t, std::vector<sample>> of_size;
+    const auto mean_microbatch = [&](std::size_t count) -> const std::vector<sample>& {
+      auto found = of_size.find(count);
+      if (found == of_size.end()) found = of_size.emplace(count, std::vector<sample>(count, mean)).first;
+      return found->second;
+    };
+    std::map<std::tuple<module_kind, int, std::size_t>, module_cost> costs;
+    const auto cost_of = [&](module_kind kind, int tp, const std::vector<sample>& microbatch) -> const module_cost& {
+      const auto key = std::make_tuple(kind, tp, microbatch.size());
+      auto found = costs.find(key);
+      if (found == costs.end()) found = costs.emplace(key, cost_.estimate_time(kind, tp, microbatch)).first;
+      return found->second;
+    };
     for (const candidate& c : candidates_) {
       const auto per_bin = static_cast<std::size_t>(
           std::max(1L, std::lround(static_cast<double>(options_.global_batch) / c.config.bins())));
       const auto per_encoder_part = static_cast<std::size_t>(std::max(
           1L, std::lround(static_cast<double>(options_.global_batch) / (c.config.encoder.dp * c.config.microbatches))));
-      tail_samples mean_microbatches{std::vector<sample>(per_bin, mean), std::vector<sample>(per_encoder_part, mean)};
+      const std::vector<sample>& llm_microbatch = mean_microbatch(per_bin);
+      const std::vector<sample>& encoder_microbatch = mean_microbatch(per_encoder_part);
+      const microbatch_views mean_microbatches{llm_microbatch, encoder_microbatch};
       // Like a user of such a framework, the method turns on memory savers only
       // when its memory rule says the configuration does not fit without them.
       for (const parallel_config& config : memory_variants(c.config)) {
         const double shortfall = reference ? reference_memory_shortfall(config, mean_microbatches)
                                            : memory_shortfall(config, even_layers{}, mean_microbatches);
         if (shortfall > 0) continue;
-        const module_cost encoder =
-            cost_.estimate_time(module_kind::encoder, config.encoder.tp, mean_microbatches.encoder);
-        const module_cost llm = cost_.estimate_time(module_kind::llm, config.llm.tp, mean_microbatches.llm);
+        const module_cost& encoder = cost_of(module_kind::encoder, config.encoder.tp, encoder_microbatch);
+        const module_cost& llm = cost_of(module_kind::llm, config.llm.tp, llm_microbatch);
         const module_plan encoder_plan = module_plan_of(module_kind::encoder, config.encoder, even_layers{});
         const module_plan llm_plan = module_plan_of(module_kind::llm, config.llm, even_layers{});
         double slowest = 0;
@@ -733,8 +786,14 @@ private:
       const tail_samples tails = reference ? assigned_tails(layout, refined_packer{}, options)
                                            : assigned_tails(layout, sequential_packer{}, options);
       if (memory_shortfall(choice.config, even_layers{}, tails) > 0) {
+        // That run goes out of memory; its user turns on the next memory savers
+        // (the packing, and so the tails, stay the same) before giving it up.
         ++out_of_memory;
-        continue;
+        const auto saver = next_fitting_variant(choice.config, tails);
+        if (!saver) continue;
+        choice.config = *saver;
+        choice.encoder.degrees = saver->encoder;
+        choice.llm.degrees = saver->llm;
       }
       choice = score_baseline(std::move(choice));
       if (choice.fits_memory) {
@@ -746,7 +805,19 @@ private:
     return std::nullopt;
   }
 
-  [[nodiscard]] double reference_memory_shortfall(const parallel_config& config, const tail_samples& microbatches) {
+  // The first memory variant after `config` (of its base configuration) whose
+  // `tails` fit with even layers.
+  [[nodiscard]] std::optional<parallel_config> next_fitting_variant(const parallel_config& config,
+                                                                    const microbatch_views& tails) {
+    const auto variants = memory_variants(without_memory_savers(config));
+    auto at = std::find(variants.begin(), variants.end(), config);
+    if (at == variants.end()) return std::nullopt;
+    for (++at; at != variants.end(); ++at)
+      if (memory_shortfall(*at, even_layers{}, tails) <= 0) return *at;
+    return std::nullopt;
+  }
+
+  [[nodiscard]] double reference_memory_shortfall(const parallel_config& config, const microbatch_views& microbatches) {
     double worst = -std::numeric_limits<double>::infinity();
     for (module_kind kind : all_module_kinds) {
       const module_plan plan =
