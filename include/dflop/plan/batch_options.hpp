@@ -19,7 +19,9 @@ enum class slot_assignment : std::uint8_t {
   //! (the encoder runs a slot for all LLM replicas at once), then spread over
   //! replicas so each replica's LLM total is even.
   balanced,
-  //! dflop's default: both of the above, each ordered and simulated; the faster is kept.
+  //! dflop's default: both of the above, each ordered (Johnson's rule when the
+  //! order policy is NEH, else that policy) and simulated; the faster is kept and
+  //! ordered with the configured policy.
   best_simulated,
 };
 

@@ -60,7 +60,7 @@ struct planner_options {
   std::size_t finalists = 8;             //!< best scanned candidates scored again with the full order policy
   bool prune_by_bound = true;            //!< skip candidates whose lower bound cannot win
   bool baselines = true;                 //!< also choose and score data_blind and dflop_reference
-  std::size_t baseline_attempts = 256;   //!< a baseline's choices tried before giving up on one that fits
+  std::size_t baseline_attempts = 64;    //!< a baseline's choices tried before it turns on memory savers
   unsigned threads = 0;                  //!< threads scoring the sampled batches (0: the hardware's); same plan for any count
   double ideal_efficiency = throughput_curve{}.max_efficiency;  //!< best fraction of peak any kernel reaches
   std::ostream* progress = nullptr;      //!< progress output (null: none)
@@ -724,12 +724,25 @@ private:
     const sample mean = mean_sample();
     std::vector<method_result> ranked;
     // Microbatches of k mean samples and their costs, per k (and TP): a million
-    // candidates share a few hundred sizes.
+    // candidates share a few hundred sizes. Memory checks price the k samples as
+    // one sample holding their tokens (memory is linear in tokens: flash
+    // attention keeps no score matrix), so a check costs the same for any k.
     std::map<std::size_t, std::vector<sample>> of_size;
     const auto mean_microbatch = [&](std::size_t count) -> const std::vector<sample>& {
       auto found = of_size.find(count);
       if (found == of_size.end()) found = of_size.emplace(count, std::vector<sample>(count, mean)).first;
       return found->second;
+    };
+    std::map<std::size_t, sample> merged_of_size;
+    const auto merged_microbatch = [&](std::size_t count) -> std::span<const sample> {
+      auto found = merged_of_size.find(count);
+      if (found == merged_of_size.end()) {
+        const auto k = static_cast<std::int64_t>(count);
+        sample merged{"mean x " + std::to_string(count), mean.kind, k * mean.encoder_items, k * mean.encoder_tokens,
+                      k * mean.llm_tokens};
+        found = merged_of_size.emplace(count, std::move(merged)).first;
+      }
+      return {&found->second, 1};
     };
     std::map<std::tuple<module_kind, int, std::size_t>, module_cost> costs;
     const auto cost_of = [&](module_kind kind, int tp, const std::vector<sample>& microbatch) -> const module_cost& {
@@ -745,7 +758,7 @@ private:
           1L, std::lround(static_cast<double>(options_.global_batch) / (c.config.encoder.dp * c.config.microbatches))));
       const std::vector<sample>& llm_microbatch = mean_microbatch(per_bin);
       const std::vector<sample>& encoder_microbatch = mean_microbatch(per_encoder_part);
-      const microbatch_views mean_microbatches{llm_microbatch, encoder_microbatch};
+      const microbatch_views mean_microbatches{merged_microbatch(per_bin), merged_microbatch(per_encoder_part)};
       // Like a user of such a framework, the method turns on memory savers only
       // when its memory rule says the configuration does not fit without them.
       for (const parallel_config& config : memory_variants(c.config)) {
@@ -773,10 +786,14 @@ private:
   }
 
   // The method's first choice that really fits (a user whose run runs out of
-  // memory moves on to the next choice); nullopt when none of the first
-  // `baseline_attempts` does.
+  // memory moves on to the next choice); when none of the first
+  // `baseline_attempts` does, the first that fits once the user also turns on
+  // the next memory savers (the packing, and so the tails, stay the same).
+  // nullopt when neither rule finds one.
   [[nodiscard]] std::optional<method_result> baseline(bool reference) {
     std::size_t out_of_memory = 0;
+    std::optional<method_result> with_savers;
+    std::size_t attempts_before_savers = 0;
     for (method_result& choice : rank_by_mean(reference)) {
       if (out_of_memory >= options_.baseline_attempts) break;
       // Out of memory is known from the packing alone: no need to simulate it.
@@ -786,14 +803,16 @@ private:
       const tail_samples tails = reference ? assigned_tails(layout, refined_packer{}, options)
                                            : assigned_tails(layout, sequential_packer{}, options);
       if (memory_shortfall(choice.config, even_layers{}, tails) > 0) {
-        // That run goes out of memory; its user turns on the next memory savers
-        // (the packing, and so the tails, stay the same) before giving it up.
+        if (!with_savers)
+          if (const auto saver = next_fitting_variant(choice.config, tails)) {
+            with_savers = choice;
+            with_savers->config = *saver;
+            with_savers->encoder.degrees = saver->encoder;
+            with_savers->llm.degrees = saver->llm;
+            attempts_before_savers = out_of_memory + 1;
+          }
         ++out_of_memory;
-        const auto saver = next_fitting_variant(choice.config, tails);
-        if (!saver) continue;
-        choice.config = *saver;
-        choice.encoder.degrees = saver->encoder;
-        choice.llm.degrees = saver->llm;
+        continue;
       }
       choice = score_baseline(std::move(choice));
       if (choice.fits_memory) {
@@ -802,7 +821,11 @@ private:
       }
       ++out_of_memory;
     }
-    return std::nullopt;
+    if (!with_savers) return std::nullopt;
+    method_result choice = score_baseline(std::move(*with_savers));
+    if (!choice.fits_memory) return std::nullopt;
+    choice.out_of_memory_attempts = attempts_before_savers;
+    return choice;
   }
 
   // The first memory variant after `config` (of its base configuration) whose
