@@ -7,6 +7,7 @@
 
 #include <dflop/error.hpp>
 #include <dflop/util/csv.hpp>
+#include <dflop/util/parallel_for.hpp>
 #include <dflop/util/progress.hpp>
 #include <dflop/util/random.hpp>
 
@@ -18,3 +19,4 @@
 #include <dflop/sim.hpp>
 #include <dflop/exec.hpp>
 #include <dflop/pipeline.hpp>
+#include <dflop/runtime.hpp>
