@@ -16,4 +16,5 @@
 #include <dflop/plan/plan_json.hpp>
 #include <dflop/plan/plan_layout.hpp>
 #include <dflop/plan/planner.hpp>
+#include <dflop/plan/planner_options.hpp>
 #include <dflop/plan/rank_layout.hpp>

@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! The settings of a plan search: batch size and sampling, memory headroom,
+//! microbatch counts, the simulation budget, baselines and threads.
+#pragma once
+
+#include <dflop/cost/throughput_curve.hpp>
+#include <dflop/plan/batch_options.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <vector>
+
+namespace dflop {
+
+//! Settings of a plan search.
+struct planner_options {
+  int global_batch = 512;                //!< samples per iteration
+  int batches = 4;                       //!< sampled global batches every candidate is scored on
+  std::uint64_t seed = 0;                //!< batch sampling and packing seed
+  batch_options batch;                   //!< per-batch policies (slot assignment, order, budget)
+  double memory_headroom = 0.10;         //!< fraction of GPU memory kept free (CUDA context, fragmentation)
+  std::vector<int> microbatch_counts;    //!< m values to try; empty: 1, 2, 3, 4, 6, 8, 12, 16, ... up to the batch
+  std::size_t max_simulated = 48;        //!< most fitting candidates scored by simulation (0: no limit)
+  std::size_t finalists = 8;             //!< best scanned candidates scored again with the full order policy
+  bool prune_by_bound = true;            //!< skip candidates whose lower bound cannot win
+  bool baselines = true;                 //!< also choose and score data_blind and dflop_reference
+  std::size_t baseline_attempts = 64;    //!< a baseline's choices tried before it turns on memory savers
+  unsigned threads = 0;                  //!< threads scoring the sampled batches (0: the hardware's); same plan for any count
+  double ideal_efficiency = throughput_curve{}.max_efficiency;  //!< best fraction of peak any kernel reaches
+  std::ostream* progress = nullptr;      //!< progress output (null: none)
+  bool progress_interactive = false;     //!< redraw in place (a terminal) or print lines
+};
+
+}  // namespace dflop
