@@ -151,3 +151,15 @@ TEST_CASE("the buffer pool is reused across steps", "[exec]") {
   for (const auto& r : run_pipeline(one_f_one_b{}.make({2, 4}), 1, {samples, lists}, 3).results)
     CHECK(r.new_buffers <= r.messages_sent);
 }
+
+TEST_CASE("in-process all-reduces of empty and non-empty buffers", "[exec]") {
+  std::vector<std::vector<double>> results(3);
+  dflop::run_inproc(3, [&](dflop::inproc_communicator& comm) {
+    std::vector<double> none;
+    comm.all_reduce_sum(dflop::gradient_buffer::of(std::span<double>(none)));  // takes part, copies nothing
+    std::vector<double> values{1.0 * comm.rank(), 2.0};
+    comm.all_reduce_sum(dflop::gradient_buffer::of(std::span<double>(values)));
+    results[static_cast<std::size_t>(comm.rank())] = values;
+  });
+  for (const auto& values : results) CHECK(values == std::vector<double>{3.0, 6.0});
+}

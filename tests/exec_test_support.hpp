@@ -3,6 +3,8 @@
 // the cost table that both it and the simulator read.
 #pragma once
 
+#include "precise_sleep.hpp"
+
 #include <dflop/exec/microbatch_view.hpp>
 #include <dflop/exec/stage.hpp>
 #include <dflop/sim/costs.hpp>
@@ -51,11 +53,7 @@ public:
   std::span<double> gradients() { return gradient_; }
 
 private:
-  static void sleep(double seconds) {
-    std::this_thread::sleep_until(std::chrono::steady_clock::now() +
-                                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                      std::chrono::duration<double>(seconds)));
-  }
+  static void sleep(double seconds) { sleep_precisely(seconds); }
   const pipeline_costs* costs_;
   std::uint32_t stage_;
   std::vector<double> gradient_ = std::vector<double>(1, 0.0);

@@ -28,8 +28,9 @@ TEST_CASE("executed iteration time matches the simulator's prediction", "[exec][
                           zero_bubble_h1{}.make({ranks, m})};
   for (const auto& schedule : schedules) {
     INFO(schedule.name);
-    // 1.5 ms forwards per rank (spread over chunks), so an iteration is ~50-70 ms.
-    auto costs = spread_over_chunks(test::token_costs(batch, m, ranks, 1.5e-3, schedule.split_backward), schedule.chunks);
+    // 5 ms forwards per rank (spread over chunks), so an iteration is ~150-250 ms: long enough
+    // that thread wake-ups (up to ~0.3 ms on small VMs) stay a few percent of it.
+    auto costs = spread_over_chunks(test::token_costs(batch, m, ranks, 5e-3, schedule.split_backward), schedule.chunks);
     const double predicted = simulate(schedule, costs).makespan;
     const int steps = 6;  // the first warms up the buffer pool and is not measured
     // A load spike on a shared machine only lengthens sleeps: a measurement

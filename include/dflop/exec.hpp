@@ -11,7 +11,10 @@
 #include <dflop/exec/executor.hpp>
 #include <dflop/exec/failure.hpp>
 #include <dflop/exec/gradient_buffer.hpp>
+#include <dflop/exec/handoff.hpp>
 #include <dflop/exec/inproc_communicator.hpp>
 #include <dflop/exec/microbatch_view.hpp>
+#include <dflop/exec/multimodal_executor.hpp>
 #include <dflop/exec/sequential_reference.hpp>
 #include <dflop/exec/stage.hpp>
+#include <dflop/exec/step_result.hpp>

@@ -15,43 +15,25 @@
 #include <dflop/error.hpp>
 #include <dflop/exec/buffer_pool.hpp>
 #include <dflop/exec/communicator.hpp>
+#include <dflop/exec/detail/pool_memory.hpp>
+#include <dflop/exec/detail/receive_plan.hpp>
+#include <dflop/exec/detail/send_queue.hpp>
 #include <dflop/exec/detail/stage_dispatch.hpp>
+#include <dflop/exec/detail/step_runtime.hpp>
 #include <dflop/exec/failure.hpp>
 #include <dflop/exec/microbatch_view.hpp>
 #include <dflop/exec/stage.hpp>
+#include <dflop/exec/step_result.hpp>
 #include <dflop/schedule/op.hpp>
 #include <dflop/schedule/validate.hpp>
 
-#include <algorithm>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
-#include <limits>
-#include <span>
 #include <string>
-#include <tuple>
-#include <type_traits>
 #include <utility>
-#include <variant>
 #include <vector>
 
 namespace dflop {
-
-//! Tuning of an executor.
-struct executor_options {
-  double watchdog_seconds = default_watchdog_seconds;  //!< a wait with no progress this long stops every rank
-  std::uint32_t receive_lookahead = 4;                 //!< receives are posted for this many ops ahead
-};
-
-//! What one step did on one rank.
-struct step_result {
-  double loss = 0;                    //!< loss summed over every microbatch of every replica (same on all ranks)
-  double seconds = 0;                 //!< wall time of the step on this rank, gradient sync included
-  std::size_t messages_sent = 0;      //!< point-to-point messages this rank sent (activations and gradients)
-  std::size_t messages_received = 0;  //!< point-to-point messages it received
-  std::size_t new_buffers = 0;        //!< blocks the buffer pool had to allocate during the step
-};
 
 //! Number of point-to-point messages one replica of `schedule` moves in a step:
 //! the dependency edges between ops on different ranks.
@@ -63,17 +45,6 @@ struct step_result {
         if (crosses_ranks(schedule, op, next)) ++count;
   return count;
 }
-
-namespace detail {
-template <class First, class... Rest>
-struct first_type {
-  using type = First;
-};
-//! The stage type an executor holds: the one stage type, or a variant of several.
-template <class... Stages>
-using stage_slot_t =
-    std::conditional_t<sizeof...(Stages) == 1, typename first_type<Stages...>::type, std::variant<Stages...>>;
-}  // namespace detail
 
 //! Runs schedules over `Stages...` (one stage type, or several held in a variant)
 //! with `Communicator`. One executor per rank; all ranks construct theirs together
@@ -93,7 +64,7 @@ public:
   //! pipeline rank). `world` must outlive the executor.
   executor(Communicator& world, std::uint32_t pipeline_ranks, std::vector<stage_type> stages,
            executor_options options = {})
-      : world_(&world), options_(options), stages_(std::move(stages)), pool_(world) {
+      : world_(&world), options_(options), stages_(std::move(stages)), pool_(world), sends_(pool_) {
     if (pipeline_ranks == 0 || world.size() % static_cast<int>(pipeline_ranks) != 0)
       throw error("executor: the world's " + std::to_string(world.size()) +
                   " ranks are not a multiple of the pipeline ranks (" + std::to_string(pipeline_ranks) + ")");
@@ -111,14 +82,7 @@ public:
   //! every rank), `pipeline_aborted` when another rank failed, `watchdog_timeout`,
   //! `schedule_error` for a schedule that does not fit this executor.
   step_result step(const pipeline_schedule& schedule, const step_batch& batch) {
-    try {
-      return run(schedule, batch);
-    } catch (const pipeline_aborted&) {
-      throw;
-    } catch (...) {
-      world_->abort(std::current_exception());
-      throw;
-    }
+    return detail::guarded_step(*world_, [&] { return run(schedule, batch); });
   }
 
   //! The rank's stages (chunk c at index c): parameters and gradients live there.
@@ -133,54 +97,7 @@ public:
   [[nodiscard]] std::size_t pool_buffers() const noexcept { return pool_.allocations(); }
 
 private:
-  using request = typename Communicator::request;
-
-  // What a rank keeps for one (microbatch, chunk) between its ops.
-  struct record {
-    pooled_buffer input;        // F's input (received or handed over locally)
-    pooled_buffer output_grad;  // B's incoming gradient
-    request input_request{};
-    request grad_request{};
-    bool input_pending = false;
-    bool grad_pending = false;
-    std::vector<pooled_buffer> stash;
-  };
-  struct planned_receive {
-    std::size_t needed_at;  // op index that consumes it
-    std::size_t sent_at;    // op index of its send on the sender (for in-order communicators)
-    int peer;
-    int tag;
-    std::size_t bytes;
-    std::size_t record;
-    bool gradient;
-    bool posted = false;
-  };
-  struct pending_send {
-    request handle;
-    pooled_buffer buffer;
-  };
-
-  class memory final : public detail::stage_memory {
-  public:
-    memory(buffer_pool<Communicator>& pool, std::vector<pooled_buffer>& scratch) : pool_(&pool), scratch_(&scratch) {}
-    std::span<std::byte> stash(std::size_t bytes) override {
-      stash_->push_back(pool_->acquire(bytes));
-      return stash_->back().bytes();
-    }
-    std::span<std::byte> stashed(std::size_t index) override {
-      if (index >= stash_->size()) throw error("stage_context::stashed: no block " + std::to_string(index));
-      return (*stash_)[index].bytes();
-    }
-    std::span<std::byte> scratch(std::size_t bytes) override {
-      scratch_->push_back(pool_->acquire(bytes));
-      return scratch_->back().bytes();
-    }
-    std::vector<pooled_buffer>* stash_ = nullptr;
-
-  private:
-    buffer_pool<Communicator>* pool_;
-    std::vector<pooled_buffer>* scratch_;
-  };
+  using record = detail::op_record<Communicator>;
 
   [[nodiscard]] int world_rank_of(std::uint32_t stage) const noexcept {
     return static_cast<int>(replica_ * ranks_ + stage % ranks_);
@@ -235,83 +152,37 @@ private:
         });
         std::size_t sent_at = 0;
         if constexpr (matches_in_order<Communicator>) sent_at = position_[detail::op_slot(schedule, need)];
-        receives_.push_back({i, sent_at, world_rank_of(need.stage), tag_of(gradient, op.microbatch, op.stage), bytes,
-                             record_of(op.microbatch, op.chunk), gradient});
+        receives_.add({.needed_at = i,
+                       .sent_at = sent_at,
+                       .peer = world_rank_of(need.stage),
+                       .tag = tag_of(gradient, op.microbatch, op.stage),
+                       .record = record_of(op.microbatch, op.chunk),
+                       .offset = 0,
+                       .bytes = bytes,
+                       .total = bytes,
+                       .gradient = gradient});
       }
     }
-    if constexpr (matches_in_order<Communicator>) {
-      // Per peer, receives must be posted in the sender's order.
-      peer_order_.resize(receives_.size());
-      for (std::size_t k = 0; k < receives_.size(); ++k) peer_order_[k] = k;
-      std::stable_sort(peer_order_.begin(), peer_order_.end(), [&](std::size_t a, std::size_t b) {
-        return std::tie(receives_[a].peer, receives_[a].sent_at) < std::tie(receives_[b].peer, receives_[b].sent_at);
-      });
-      rank_in_peer_.resize(receives_.size());
-      for (std::size_t k = 0; k < peer_order_.size(); ++k) rank_in_peer_[peer_order_[k]] = k;
-    }
-  }
-
-  void post(planned_receive& r) {
-    if (r.posted) return;
-    if constexpr (matches_in_order<Communicator>) {
-      // Post every earlier receive from the same peer first.
-      const std::size_t at = rank_in_peer_[static_cast<std::size_t>(&r - receives_.data())];
-      std::size_t first = at;
-      while (first > 0 && receives_[peer_order_[first - 1]].peer == r.peer && !receives_[peer_order_[first - 1]].posted)
-        --first;
-      for (std::size_t k = first; k < at; ++k) post_now(receives_[peer_order_[k]]);
-    }
-    post_now(r);
-  }
-  void post_now(planned_receive& r) {
-    r.posted = true;
-    auto& rec = records_[r.record];
-    auto& buffer = r.gradient ? rec.output_grad : rec.input;
-    buffer = pool_.acquire(r.bytes);
-    auto handle = world_->receive(r.peer, r.tag, buffer.bytes(), world_->resource());
-    (r.gradient ? rec.grad_request : rec.input_request) = std::move(handle);
-    (r.gradient ? rec.grad_pending : rec.input_pending) = true;
-    ++result_.messages_received;
+    receives_.finish();
   }
 
   void send(pooled_buffer& buffer, std::uint32_t to_stage, bool gradient, std::uint32_t microbatch) {
-    auto handle = world_->send(world_rank_of(to_stage), tag_of(gradient, microbatch, to_stage), buffer.bytes(),
-                               world_->resource());
-    sends_.push_back({std::move(handle), buffer});
-    buffer = {};
+    sends_.send(*world_, world_rank_of(to_stage), tag_of(gradient, microbatch, to_stage), buffer.bytes(), buffer);
+    sends_.release(buffer);
     ++result_.messages_sent;
   }
-  void reap_sends(bool all) {
-    std::size_t kept = 0;
-    for (auto& s : sends_) {
-      if (all) world_->wait(s.handle, world_->resource());
-      if (all || world_->test(s.handle)) pool_.release(s.buffer);
-      else sends_[kept++] = std::move(s);
-    }
-    sends_.resize(kept);
-  }
   void release(record& rec) {
-    pool_.release(rec.input);
-    pool_.release(rec.output_grad);
+    sends_.release(rec.input);
+    sends_.release(rec.output_grad);
     for (auto& b : rec.stash) pool_.release(b);
     rec.stash.clear();
   }
 
-  void call(std::uint32_t chunk, context& ctx) {
-    try {
-      with(chunk, [&](auto& stage) { detail::run_stage_op(stage, ctx, !split_); });
-    } catch (const std::exception& e) {
-      throw stage_failure(world_->rank(), ctx.stage, ctx.kind, ctx.microbatch, e.what());
-    } catch (...) {
-      throw stage_failure(world_->rank(), ctx.stage, ctx.kind, ctx.microbatch, "unknown exception");
-    }
-  }
-
   step_result run(const pipeline_schedule& schedule, const step_batch& batch) {
-    const auto start = std::chrono::steady_clock::now();
+    result_ = {};
+    detail::step_clock clock(options_.record_op_times, result_);
     const std::size_t buffers_before = pool_.allocations();
     check(schedule, batch);
-    result_ = {};
     m_ = schedule.microbatches;
     chunks_ = schedule.chunks;
     stages_count_ = schedule.stages();
@@ -321,13 +192,12 @@ private:
     plan(schedule, batch);
 
     const auto& ops = schedule.rank_ops[pipeline_rank_];
+    if (options_.record_op_times) result_.op_times.reserve(ops.size());
     const std::uint32_t last = stages_count_ - 1;
-    std::size_t next_receive = 0;
-    memory mem(pool_, scratch_);
+    detail::pool_memory<Communicator> mem(pool_);
     for (std::size_t i = 0; i < ops.size(); ++i) {
-      while (next_receive < receives_.size() && receives_[next_receive].needed_at <= i + options_.receive_lookahead)
-        post(receives_[next_receive++]);
-      if (!sends_.empty()) reap_sends(false);
+      result_.messages_received += receives_.post_until(i + options_.receive_lookahead, *world_, pool_, records_);
+      if (!sends_.empty()) sends_.reap(*world_, false);
       const auto& op = ops[i];
       auto& rec = records_[record_of(op.microbatch, op.chunk)];
       const microbatch_view mb = batch.view(replica_, op.microbatch, m_);
@@ -342,10 +212,7 @@ private:
       ctx.resource = world_->resource();
       ctx.memory = &mem;
       mem.stash_ = &rec.stash;
-      if (rec.input_pending) {
-        world_->wait(rec.input_request, ctx.resource);
-        rec.input_pending = false;
-      }
+      detail::wait_all(*world_, rec.input_requests, ctx.resource);
       ctx.input = rec.input.bytes();
       switch (op.kind) {
         case op_kind::forward: {
@@ -353,21 +220,18 @@ private:
               op.stage < last ? pool_.acquire(with(op.chunk, [&](auto& s) -> std::size_t { return s.output_bytes(mb); }))
                               : pooled_buffer{};
           ctx.output = output.bytes();
-          call(op.chunk, ctx);
+          call(op, ctx, clock);
           if (op.stage == last) losses_[op.microbatch] = ctx.loss;
           else if (world_rank_of(op.stage + 1) != world_->rank()) send(output, op.stage + 1, false, op.microbatch);
           else records_[record_of(op.microbatch, (op.stage + 1) / ranks_)].input = output;
           break;
         }
         case op_kind::backward: {
-          if (rec.grad_pending) {
-            world_->wait(rec.grad_request, ctx.resource);
-            rec.grad_pending = false;
-          }
+          detail::wait_all(*world_, rec.grad_requests, ctx.resource);
           ctx.output_grad = rec.output_grad.bytes();
           pooled_buffer input_grad = op.stage > 0 ? pool_.acquire(rec.input.size) : pooled_buffer{};
           ctx.input_grad = input_grad.bytes();
-          call(op.chunk, ctx);
+          call(op, ctx, clock);
           if (op.stage > 0) {
             if (world_rank_of(op.stage - 1) != world_->rank()) send(input_grad, op.stage - 1, true, op.microbatch);
             else records_[record_of(op.microbatch, (op.stage - 1) / ranks_)].output_grad = input_grad;
@@ -377,35 +241,36 @@ private:
         }
         case op_kind::weight:
           ctx.output_grad = rec.output_grad.bytes();
-          call(op.chunk, ctx);
+          call(op, ctx, clock);
           release(rec);
           break;
       }
-      for (auto& b : scratch_) pool_.release(b);
-      scratch_.clear();
+      mem.end_op();
     }
-    reap_sends(true);
+    sends_.reap(*world_, true);
 
     // Data-parallel gradient sum per stage, then the loss over the world.
-    auto& group = data_parallel_.front();
-    for (std::uint32_t c = 0; c < chunks_; ++c)
-      with(c, [&](auto& stage) {
-        detail::for_each_gradient(stage.gradients(),
-                                  [&](const gradient_buffer& g) { group.all_reduce_sum(g, group.resource()); });
-      });
+    for (auto& stage : stages_) detail::sum_gradients(data_parallel_.front(), stage);
     double local = 0;
     if (world_rank_of(last) == world_->rank())
       for (double value : losses_) local += value;
     result_.loss = world_->all_reduce_value(local);
     result_.new_buffers = pool_.allocations() - buffers_before;
-    result_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return result_;
+    result_.seconds = clock.seconds();
+    return std::move(result_);
+  }
+
+  void call(const pipeline_op& op, context& ctx, detail::step_clock& clock) {
+    const double begin = clock.op_begin();
+    detail::call_stage(world_->rank(), stages_[op.chunk], ctx, !split_);
+    clock.op_end(op.kind, op.microbatch, op.stage, begin);
   }
 
   Communicator* world_;
   executor_options options_;
   std::vector<stage_type> stages_;
   buffer_pool<Communicator> pool_;
+  detail::send_queue<Communicator> sends_;
   std::vector<Communicator> data_parallel_;  // this pipeline rank's data-parallel group (one entry)
   std::uint32_t ranks_ = 1;
   std::uint32_t replicas_ = 1;
@@ -417,12 +282,8 @@ private:
   bool split_ = false;
   pipeline_schedule validated_;
   std::vector<record> records_;
-  std::vector<planned_receive> receives_;
+  detail::receive_plan<Communicator> receives_;
   std::vector<std::size_t> position_;
-  std::vector<std::size_t> peer_order_;
-  std::vector<std::size_t> rank_in_peer_;
-  std::vector<pending_send> sends_;
-  std::vector<pooled_buffer> scratch_;
   std::vector<double> losses_;
   step_result result_;
 };

@@ -221,8 +221,11 @@ public:
     } else {
       world_->wait(lock, global(), [&] { return state.done; }, "an all-reduce");
     }
-    if (buffer.type == element_type::float64) std::memcpy(buffer.data, state.sum64.data(), buffer.bytes());
-    else std::memcpy(buffer.data, state.sum32.data(), buffer.bytes());
+    // An empty buffer still takes part (every member calls the collective) but copies nothing.
+    if (buffer.bytes() > 0) {
+      if (buffer.type == element_type::float64) std::memcpy(buffer.data, state.sum64.data(), buffer.bytes());
+      else std::memcpy(buffer.data, state.sum32.data(), buffer.bytes());
+    }
     if (++state.departed == size()) world_->collectives_.erase(key);
   }
 

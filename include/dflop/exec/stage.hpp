@@ -64,9 +64,11 @@ template <class Resource>
 struct basic_stage_context {
   op_kind kind = op_kind::forward;  //!< which op this call is
   std::uint32_t microbatch = 0;     //!< position in the schedule (0-based)
-  std::uint32_t stage = 0;          //!< model stage (chunk * ranks + pipeline rank)
-  std::uint32_t stages = 1;         //!< model stages in the pipeline
-  std::uint32_t replica = 0;        //!< data-parallel replica
+  std::uint32_t stage = 0;          //!< model stage (chunk * ranks + pipeline rank; multimodal: position, encoder first)
+  std::uint32_t stages = 1;         //!< model stages in the pipeline (multimodal: encoder + LLM stages)
+  std::uint32_t replica = 0;        //!< data-parallel replica (of its module, in a multimodal run)
+  std::uint32_t tp_rank = 0;        //!< rank within the stage's tensor-parallel group (the stage splits its own math)
+  std::uint32_t tp_size = 1;        //!< ranks in that group; all of them run the same ops
   int rank = 0;                     //!< this process's (or thread's) rank in the world
   microbatch_view samples;          //!< the microbatch's samples: every shape derives from them
   std::span<const std::byte> input;        //!< F, B, W: the activation received from the previous stage

@@ -12,6 +12,15 @@
 
 namespace dflop::detail {
 
+template <class First, class... Rest>
+struct first_type {
+  using type = First;
+};
+//! The stage type an executor holds: the one stage type, or a variant of several.
+template <class... Stages>
+using stage_slot_t =
+    std::conditional_t<sizeof...(Stages) == 1, typename first_type<Stages...>::type, std::variant<Stages...>>;
+
 template <class T>
 inline constexpr bool is_variant = false;
 template <class... T>

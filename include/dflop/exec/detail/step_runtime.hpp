@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! Per-step machinery both executors share: the wrapper that stops every rank
+//! when a step fails, the stage call that turns a stage's exception into a
+//! `stage_failure`, op timing, and the data-parallel gradient sum.
+#pragma once
+
+#include <dflop/exec/detail/stage_dispatch.hpp>
+#include <dflop/exec/failure.hpp>
+#include <dflop/exec/gradient_buffer.hpp>
+#include <dflop/exec/step_result.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <utility>
+
+namespace dflop::detail {
+
+//! Runs `body()`; on any failure but `pipeline_aborted` (another rank's), aborts
+//! `world` (stopping every rank) before rethrowing.
+template <class Communicator, class Body>
+decltype(auto) guarded_step(Communicator& world, Body&& body) {
+  try {
+    return std::forward<Body>(body)();
+  } catch (const pipeline_aborted&) {
+    throw;
+  } catch (...) {
+    world.abort(std::current_exception());
+    throw;
+  }
+}
+
+//! Runs op `ctx.kind` on the stage `slot` holds; a throw becomes a `stage_failure`
+//! naming `rank`, the stage, the op and the microbatch.
+template <class Slot, class Context>
+void call_stage(int rank, Slot& slot, Context& ctx, bool run_weight_after_backward) {
+  try {
+    with_stage(slot, [&](auto& stage) { run_stage_op(stage, ctx, run_weight_after_backward); });
+  } catch (const std::exception& e) {
+    throw stage_failure(rank, ctx.stage, ctx.kind, ctx.microbatch, e.what());
+  } catch (...) {
+    throw stage_failure(rank, ctx.stage, ctx.kind, ctx.microbatch, "unknown exception");
+  }
+}
+
+//! Sums the gradients of the stage `slot` holds over `group` (in member order).
+template <class Communicator, class Slot>
+void sum_gradients(Communicator& group, Slot& slot) {
+  with_stage(slot, [&](auto& stage) {
+    for_each_gradient(stage.gradients(), [&](const gradient_buffer& g) { group.all_reduce_sum(g, group.resource()); });
+  });
+}
+
+//! The step's clock: seconds since its start, and op times when asked for.
+class step_clock {
+public:
+  //! Starts the clock; records op times into `result` when `record`.
+  step_clock(bool record, step_result& result) noexcept
+      : start_(std::chrono::steady_clock::now()), record_(record), result_(&result) {}
+  //! Seconds since the start.
+  [[nodiscard]] double seconds() const noexcept {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  //! Before a stage call: its start time (0 when not recording).
+  [[nodiscard]] double op_begin() const noexcept { return record_ ? seconds() : 0.0; }
+  //! After it: records the op (when recording).
+  void op_end(op_kind kind, std::uint32_t microbatch, std::uint32_t stage, double begin) {
+    if (record_) result_->op_times.push_back({kind, microbatch, stage, begin, seconds()});
+  }
+
+private:
+  std::chrono::steady_clock::time_point start_;
+  bool record_;
+  step_result* result_;
+};
+
+}  // namespace dflop::detail
