@@ -188,8 +188,10 @@ private:
   // fit, moving on to costlier variants while the tail microbatches do not.
   // nullopt (with the miss noted) when none fits.
   [[nodiscard]] std::optional<scanned> scan_candidate(const detail::plan_candidate& c, const batch_options& options,
-                                                      search_statistics& statistics) {
-    const auto variants = scorer_.memory_variants(c.config);
+                                                      search_statistics& statistics, bool allow_recompute) {
+    auto variants = scorer_.memory_variants(c.config);
+    if (!allow_recompute)
+      std::erase_if(variants, [](const parallel_config& v) { return v.encoder.recompute || v.llm.recompute; });
     std::size_t next = 0;
     const auto fits_quickly = [&]() {
       for (; next < variants.size(); ++next) {
@@ -231,7 +233,8 @@ private:
     statistics.candidates = candidates_.candidates.size();
     std::optional<method_result> best;
     progress_bar bar(settings.progress, "planning", candidates_.candidates.size(), settings.progress_interactive);
-    std::size_t fitting = 0;
+    std::size_t fitting = 0;      // scanned plans that fit without recomputation
+    std::size_t recomputing = 0;  // scanned plans that fit only with it
     std::vector<scanned> finalists;
     batch_options scan_options = settings.batch;
     if (scan_options.order == order_policy::neh) scan_options.order = order_policy::johnson;
@@ -248,17 +251,20 @@ private:
       // turn out not to fit are capped apart, so a memory-tight case still finds plans.
       // Until one plan fits the search goes on: a memory-tight model must not be
       // declared infeasible because the first candidates' tails did not fit.
-      if (settings.max_simulated != 0 && (fitting >= settings.max_simulated ||
-                                          (fitting > 0 && statistics.simulated >= 4 * settings.max_simulated))) {
+      // Plans that need recomputation have a budget of their own: they are
+      // slower, and letting them use up the main budget would end the scan
+      // before the configurations that fit without it (found so: 70B, 64 GPUs).
+      const std::size_t budget = settings.max_simulated;
+      if (budget != 0 && (fitting >= budget || (fitting + recomputing > 0 && statistics.simulated >= 4 * budget))) {
         ++statistics.over_budget;
         continue;
       }
-      const auto found = scan_candidate(c, scan_options, statistics);
+      const auto found = scan_candidate(c, scan_options, statistics, budget == 0 || recomputing < budget);
       if (!found) {
         ++statistics.memory_rejected;
         continue;
       }
-      ++fitting;
+      ++(found->config.encoder.recompute || found->config.llm.recompute ? recomputing : fitting);
       finalists.push_back(*found);
       if (!best || found->seconds < best->iteration_seconds) {
         const plan_layout layout = scorer_.layout_of(found->config, scorer_.partitioner());
