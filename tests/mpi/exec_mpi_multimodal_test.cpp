@@ -4,7 +4,7 @@
 // within 1e-12 and send exactly the expected messages (pipeline edges, one
 // hand-off per encoder/LLM replica pair sharing samples, both directions).
 // Every rank runs every test case; each checks its own stage.
-#define CATCH_CONFIG_RUNNER
+#include "mpi_catch_main.hpp"
 #include "../exec_multimodal_support.hpp"
 
 #include <dflop/exec/mpi_communicator.hpp>
@@ -23,11 +23,7 @@ using namespace dflop;
 
 namespace {
 
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using test::world_size;
 
 void check_against_reference(const multimodal_layout& layout, const pipeline_schedule& schedule) {
   const std::uint32_t m = schedule.microbatches;
@@ -80,11 +76,4 @@ TEST_CASE("MPI: encoder and LLM data-parallel degrees differ, within 1e-12 of th
                          << layout.llm.replicas << "x" << layout.llm.stages);
       check_against_reference(layout, schedule);
     }
-}
-
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  const int failed = Catch::Session().run(argc, argv);
-  MPI_Finalize();
-  return failed == 0 ? 0 : 1;
 }

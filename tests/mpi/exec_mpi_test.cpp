@@ -3,7 +3,7 @@
 // the sequential reference (bitwise with one replica, 1e-12 with two), sends
 // exactly the schedule's cross-rank messages, and sleeping stages take the
 // simulated time. Every rank runs every test case; each checks its own stages.
-#define CATCH_CONFIG_RUNNER
+#include "mpi_catch_main.hpp"
 #include "../../examples/train_toy/toy_model.hpp"
 #include "../exec_test_support.hpp"
 
@@ -24,11 +24,7 @@ using namespace dflop;
 
 namespace {
 
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using test::world_size;
 
 std::vector<pipeline_schedule> shipped(std::uint32_t ranks, std::uint32_t m) {
   return {gpipe{}.make({ranks, m}), one_f_one_b{}.make({ranks, m}), interleaved_1f1b{2}.make({ranks, m}),
@@ -126,11 +122,4 @@ TEST_CASE("MPI: sleeping stages take the simulated time", "[exec][mpi][timing]")
     CHECK(measured >= 0.98 * predicted);
     CHECK(measured <= 1.10 * predicted);
   }
-}
-
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  const int failed = Catch::Session().run(argc, argv);
-  MPI_Finalize();
-  return failed == 0 ? 0 : 1;
 }

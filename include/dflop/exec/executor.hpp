@@ -251,13 +251,8 @@ private:
 
     // Data-parallel gradient sum per stage, then the loss over the world.
     for (auto& stage : stages_) detail::sum_gradients(data_parallel_.front(), stage);
-    double local = 0;
-    if (world_rank_of(last) == world_->rank())
-      for (double value : losses_) local += value;
-    result_.loss = world_->all_reduce_value(local);
-    result_.new_buffers = pool_.allocations() - buffers_before;
-    result_.seconds = clock.seconds();
-    return std::move(result_);
+    return detail::close_step(*world_, world_rank_of(last) == world_->rank(), losses_,
+                              pool_.allocations() - buffers_before, clock, result_);
   }
 
   void call(const pipeline_op& op, context& ctx, detail::step_clock& clock) {

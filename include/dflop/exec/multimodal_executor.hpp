@@ -435,13 +435,8 @@ private:
 
     // Gradients over the (module, stage, TP rank) replicas, then the loss over the world.
     detail::sum_gradients(*data_parallel_, stage_);
-    double local = 0;
-    if (last && t == 0)
-      for (double value : losses_) local += value;
-    result_.loss = world_->all_reduce_value(local);
-    result_.new_buffers = pool_.allocations() - buffers_before;
-    result_.seconds = clock.seconds();
-    return std::move(result_);
+    return detail::close_step(*world_, last && t == 0, losses_, pool_.allocations() - buffers_before, clock,
+                              result_);
   }
 
   void call(const pipeline_op& op, context& ctx, detail::step_clock& clock) {

@@ -2,7 +2,7 @@
 //! \file
 //! Per-step machinery both executors share: the wrapper that stops every rank
 //! when a step fails, the stage call that turns a stage's exception into a
-//! `stage_failure`, op timing, and the data-parallel gradient sum.
+//! `stage_failure`, op timing, the data-parallel gradient sum and the step's close.
 #pragma once
 
 #include <dflop/exec/detail/stage_dispatch.hpp>
@@ -11,9 +11,11 @@
 #include <dflop/exec/step_result.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <utility>
+#include <vector>
 
 namespace dflop::detail {
 
@@ -74,5 +76,20 @@ private:
   bool record_;
   step_result* result_;
 };
+
+//! Ends a step on every rank alike: the loss summed over `world` (this rank adds
+//! its microbatches' `losses` when it `holds_loss`), the pool blocks it had to
+//! allocate and the step's wall time go into `result`, which is returned.
+template <class Communicator>
+step_result close_step(Communicator& world, bool holds_loss, const std::vector<double>& losses,
+                       std::size_t new_buffers, const step_clock& clock, step_result& result) {
+  double local = 0;
+  if (holds_loss)
+    for (double value : losses) local += value;
+  result.loss = world.all_reduce_value(local);
+  result.new_buffers = new_buffers;
+  result.seconds = clock.seconds();
+  return std::move(result);
+}
 
 }  // namespace dflop::detail
