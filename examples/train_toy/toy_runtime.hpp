@@ -165,6 +165,10 @@ public:
       for (std::size_t i : packing_.bin(b)) out.microbatches[b].push_back(static_cast<std::uint32_t>(i));
 
     out.predicted_seconds = predict(out, snapshot);
+    if (!(out.predicted_seconds > 0))
+      throw error("dflop-train-toy: the cost model predicts no time for batch " + std::to_string(index) +
+                  ": its curve is <= 0 at every microbatch size of the batch (profile over the toy-token range "
+                  "the microbatches use)");
     out.hop_seconds = snapshot.hop_seconds;
     out.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return out;
