@@ -99,7 +99,9 @@ TEST_CASE("MPI: sleeping stages take the simulated time", "[exec][mpi][timing]")
   mpi_communicator world(MPI_COMM_WORLD, 20);
   for (const auto& schedule : shipped(ranks, m)) {
     INFO(schedule.name);
-    auto costs = spread_over_chunks(test::token_costs(batch, m, ranks, 5e-3, schedule.split_backward), schedule.chunks);
+    // 10 ms forwards: four processes share two cores here, so each cross-rank hop
+    // can wait for a core; long ops keep that a few percent of the iteration.
+    auto costs = spread_over_chunks(test::token_costs(batch, m, ranks, 10e-3, schedule.split_backward), schedule.chunks);
     const double predicted = simulate(schedule, costs).makespan;
     std::vector<test::sleep_stage> stages;
     for (std::uint32_t c = 0; c < schedule.chunks; ++c) stages.emplace_back(&costs, c * ranks + static_cast<std::uint32_t>(world.rank()));
