@@ -6,6 +6,7 @@
 #pragma once
 
 #include <dflop/exec/handoff.hpp>
+#include "gradient_difference.hpp"
 #include "precise_sleep.hpp"
 
 #include <dflop/exec/microbatch_view.hpp>

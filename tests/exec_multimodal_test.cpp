@@ -8,6 +8,7 @@
 // rank, and both executors report per-op times when asked.
 #include "../examples/train_toy/toy_model.hpp"
 #include "exec_multimodal_support.hpp"
+#include "gradient_difference.hpp"
 
 #include <dflop/exec/executor.hpp>
 #include <dflop/exec/handoff.hpp>
@@ -116,12 +117,7 @@ reference_run run_reference(const multimodal_layout& layout, const std::vector<t
 
 double relative_difference(const std::vector<double>& got, const std::vector<double>& want) {
   REQUIRE(got.size() == want.size());
-  double scale = 0;
-  double diff = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    scale = std::max(scale, std::abs(want[i]));
-    diff = std::max(diff, std::abs(got[i] - want[i]));
-  }
+  const auto [scale, diff] = test::compare_gradients(got, want);
   return scale > 0 ? diff / scale : diff;
 }
 

@@ -3,6 +3,7 @@
 // bitwise with one replica, within 1e-12 with two; messages are exactly the
 // schedule's cross-rank edges; the buffer pool stops allocating after a step.
 #include "../examples/train_toy/toy_model.hpp"
+#include "gradient_difference.hpp"
 
 #include <dflop/exec/executor.hpp>
 #include <dflop/exec/inproc_communicator.hpp>
@@ -128,13 +129,7 @@ TEST_CASE("two replicas match the reference within 1e-12 and agree with each oth
     CHECK(std::abs(run.losses[0] - expected_loss) <= 1e-12 * std::abs(expected_loss));
     CHECK(run.replicas_agree);
     for (std::uint32_t s = 0; s < schedule.stages(); ++s) {
-      auto g = reference[s].gradients();
-      double scale = 0;
-      double diff = 0;
-      for (std::size_t i = 0; i < g.size(); ++i) {
-        scale = std::max(scale, std::abs(g[i]));
-        diff = std::max(diff, std::abs(g[i] - run.gradients[s][i]));
-      }
+      const auto [scale, diff] = test::compare_gradients(run.gradients[s], reference[s].gradients());
       CHECK(diff <= 1e-12 * scale);
     }
   }

@@ -3,6 +3,7 @@
 // the cost table that both it and the simulator read.
 #pragma once
 
+#include "gradient_difference.hpp"
 #include "precise_sleep.hpp"
 
 #include <dflop/exec/microbatch_view.hpp>

@@ -47,12 +47,7 @@ void check_against_reference(const multimodal_layout& layout, const pipeline_sch
   const auto got = std::visit([](auto& s) { return s.gradients(); }, run.stage());
   const auto want = role.encoder ? encoder[role.stage].gradients() : llm[role.stage].gradients();
   REQUIRE(got.size() == want.size());
-  double scale = 0;
-  double diff = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    scale = std::max(scale, std::abs(want[i]));
-    diff = std::max(diff, std::abs(want[i] - got[i]));
-  }
+  const auto [scale, diff] = test::compare_gradients(got, want);
   INFO("position " << role.position << " replica " << role.replica);
   CHECK(scale > 0);
   CHECK(diff <= 1e-12 * scale);

@@ -56,12 +56,7 @@ void check_against_reference(const pipeline_schedule& schedule, std::uint32_t re
     auto got = run.stages()[c].gradients();
     auto want = reference[stage].gradients();
     REQUIRE(got.size() == want.size());
-    double scale = 0;
-    double diff = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      scale = std::max(scale, std::abs(want[i]));
-      diff = std::max(diff, std::abs(want[i] - got[i]));
-    }
+    const auto [scale, diff] = test::compare_gradients(got, want);
     CHECK(diff <= tolerance * scale);
   }
   // Messages: exactly the schedule's cross-rank edges, per replica.
