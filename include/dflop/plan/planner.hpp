@@ -193,9 +193,10 @@ private:
     if (!allow_recompute)
       std::erase_if(variants, [](const parallel_config& v) { return v.encoder.recompute || v.llm.recompute; });
     std::size_t next = 0;
+    const detail::tail_samples typical = scorer_.typical_microbatches(c.config);  // the same for every variant
     const auto fits_quickly = [&]() {
       for (; next < variants.size(); ++next) {
-        const double shortfall = scorer_.memory_shortfall(variants[next], scorer_.partitioner(), scorer_.typical_microbatches(c.config));
+        const double shortfall = scorer_.memory_shortfall(variants[next], scorer_.partitioner(), typical);
         if (shortfall <= 0) return true;
         scorer_.note_miss(variants[next], shortfall);
       }
