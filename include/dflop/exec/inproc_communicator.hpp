@@ -5,12 +5,19 @@
 //! tag) in posting order and copied once; collectives sum in member order, so
 //! results never depend on thread timing. `run_inproc` starts one thread per rank
 //! and, when any rank fails, cancels the others and rethrows the original error.
+//!
+//! Matching, splits, collectives, abort and watchdog are written once, over a
+//! transport that moves the bytes: `host_transport` (host_transport.hpp) copies
+//! host memory; the CUDA `stream_transport` (dflop/cuda/stream_communicator.cuh)
+//! copies device memory between the stage streams of one GPU with events, so the
+//! host waits only until a message is matched and the streams order the rest.
 #pragma once
 
 #include <dflop/error.hpp>
 #include <dflop/exec/communicator.hpp>
 #include <dflop/exec/failure.hpp>
 #include <dflop/exec/gradient_buffer.hpp>
+#include <dflop/exec/host_transport.hpp>
 #include <dflop/exec/stage.hpp>
 
 #include <algorithm>
@@ -19,13 +26,11 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <deque>
 #include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <new>
 #include <span>
 #include <string>
 #include <thread>
@@ -36,52 +41,52 @@
 namespace dflop {
 
 namespace detail {
-//! Completion state of one in-process send or receive.
-struct inproc_request_state {
-  std::atomic<bool> done = false;  //!< the data has been copied (read without the lock while spinning)
-  std::string error;  //!< non-empty when the transfer failed (size mismatch)
-};
-
 //! A posted, not yet matched send or receive.
+template <class State>
 struct inproc_pending {
   const std::byte* send_data = nullptr;  //!< the send's data (sends only)
   std::byte* receive_data = nullptr;     //!< the receive's buffer (receives only)
   std::size_t bytes = 0;                 //!< its size
   int owner = 0;                         //!< world rank that posted it (to wake)
-  std::shared_ptr<inproc_request_state> state;
+  std::shared_ptr<State> state;          //!< shared with the poster's request
 };
 
 //! A mailbox: posted sends and receives of one (communicator, source, destination, tag).
+template <class State>
 struct inproc_mailbox {
-  std::deque<inproc_pending> sends;     //!< unmatched sends, oldest first
-  std::deque<inproc_pending> receives;  //!< unmatched receives, oldest first
+  std::deque<inproc_pending<State>> sends;     //!< unmatched sends, oldest first
+  std::deque<inproc_pending<State>> receives;  //!< unmatched receives, oldest first
 };
 
 //! One in-flight collective (all-reduce or split) of a communicator.
 struct inproc_collective {
-  int arrived = 0;                          //!< members that deposited their part
-  int departed = 0;                         //!< members that took the result
-  bool done = false;                        //!< the result is ready
-  std::vector<const void*> parts;           //!< all-reduce: each member's buffer
-  std::vector<std::pair<int, int>> colors;  //!< split: each member's (color, key)
-  std::vector<double> sum64;                //!< all-reduce result (float64)
-  std::vector<float> sum32;                 //!< all-reduce result (float32)
+  int arrived = 0;                                //!< members that deposited their part
+  int departed = 0;                               //!< members that took the result
+  bool done = false;                              //!< the result is ready
+  std::vector<void*> parts;                       //!< all-reduce: each member's buffer
+  std::vector<std::shared_ptr<void>> arrivals;    //!< all-reduce: what each member's transport recorded
+  std::shared_ptr<void> reduced;                  //!< all-reduce: what the sum's completion is (device: an event)
+  std::vector<std::pair<int, int>> colors;        //!< split: each member's (color, key)
   std::vector<std::tuple<int, std::vector<int>, int>> groups;  //!< split result per member: id, members, index
 };
 }  // namespace detail
 
+template <class Transport>
+class basic_inproc_communicator;
+
 //! Shared state of the threads of one in-process run: mailboxes, collectives, the
-//! abort flag and the first failure. Outlives every `inproc_communicator` made from it.
-class inproc_world {
+//! abort flag and the first failure. Outlives every communicator made from it.
+template <class Transport>
+class basic_inproc_world {
 public:
   //! A world of `size` ranks; waits give up after `watchdog_seconds`.
-  explicit inproc_world(int size, double watchdog_seconds = default_watchdog_seconds)
+  explicit basic_inproc_world(int size, double watchdog_seconds = default_watchdog_seconds)
       : size_(size), wake_(std::make_unique<std::condition_variable[]>(static_cast<std::size_t>(size))),
         watchdog_(watchdog_seconds) {
     if (size <= 0) throw error("inproc_world: needs at least one rank");
   }
-  inproc_world(const inproc_world&) = delete;
-  inproc_world& operator=(const inproc_world&) = delete;
+  basic_inproc_world(const basic_inproc_world&) = delete;
+  basic_inproc_world& operator=(const basic_inproc_world&) = delete;
 
   //! Number of ranks.
   [[nodiscard]] int size() const noexcept { return size_; }
@@ -120,8 +125,14 @@ public:
     watchdog_ = seconds;
   }
 
+  //! The watchdog in seconds.
+  [[nodiscard]] double watchdog() const {
+    std::lock_guard lock(mutex_);
+    return watchdog_;
+  }
+
 private:
-  friend class inproc_communicator;
+  friend class basic_inproc_communicator<Transport>;
   using key = std::tuple<int, int, int, int>;  // communicator, source, destination, tag
 
   // Waits on `rank`'s condition until `ready()`; throws when aborted or after the watchdog.
@@ -152,21 +163,30 @@ private:
   std::exception_ptr failure_;
   std::string failure_text_;
   int next_communicator_ = 1;
-  std::map<key, detail::inproc_mailbox> mailboxes_;
+  std::map<key, detail::inproc_mailbox<typename Transport::request_state>> mailboxes_;
   std::map<std::pair<int, std::uint64_t>, detail::inproc_collective> collectives_;
 };
 
-//! One rank's handle on an `inproc_world` (or on a group split from it). Models `communicator`.
-class inproc_communicator {
+//! One rank's handle on a `basic_inproc_world` (or on a group split from it), moving
+//! bytes with `Transport`. Models `communicator`.
+template <class Transport>
+class basic_inproc_communicator {
 public:
+  //! The transport's per-transfer state.
+  using state_type = typename Transport::request_state;
   //! A send or receive in flight.
-  using request = std::shared_ptr<detail::inproc_request_state>;
-  //! Host stages run on the calling thread.
-  using resource_type = host_thread;
+  using request = std::shared_ptr<state_type>;
+  //! What stages run on (the calling thread, or a CUDA stream).
+  using resource_type = typename Transport::resource_type;
+  //! The world this communicator's ranks share.
+  using world_type = basic_inproc_world<Transport>;
 
-  //! Rank `rank` of the whole world.
-  inproc_communicator(inproc_world& world, int rank) : world_(&world), id_(0), index_(rank) {
-    if (rank < 0 || rank >= world.size()) throw error("inproc_communicator: rank out of range");
+  //! Rank `rank` of the whole world, moving bytes with `transport`.
+  basic_inproc_communicator(world_type& world, int rank, Transport transport = {})
+      : world_(&world), transport_(std::move(transport)), id_(0), index_(rank) {
+    if (rank < 0 || rank >= world.size())
+      throw error("inproc communicator: rank " + std::to_string(rank) + " out of range for a world of " +
+                  std::to_string(world.size()) + " ranks");
     members_.resize(static_cast<std::size_t>(world.size()));
     for (int r = 0; r < world.size(); ++r) members_[static_cast<std::size_t>(r)] = r;
   }
@@ -177,66 +197,71 @@ public:
   [[nodiscard]] int size() const noexcept { return static_cast<int>(members_.size()); }
   //! Largest tag (any int).
   [[nodiscard]] int max_tag() const noexcept { return 0x7fffffff; }
-  //! The calling thread.
-  [[nodiscard]] host_thread resource() const noexcept { return {}; }
+  //! Where this rank's stages run.
+  [[nodiscard]] resource_type resource() const noexcept { return transport_.resource(); }
   //! The rank's world.
-  [[nodiscard]] inproc_world& world() const noexcept { return *world_; }
+  [[nodiscard]] world_type& world() const noexcept { return *world_; }
+  //! The rank's transport.
+  [[nodiscard]] Transport& transport() noexcept { return transport_; }
 
-  //! Starts sending `data` to `peer` (copied when the receive is matched; keep it alive until then).
-  request send(int peer, int tag, std::span<const std::byte> data, host_thread = {}) {
-    return post(peer, tag, data.data(), nullptr, data.size(), true);
+  //! Starts sending `data` to `peer`, after the work already issued on `resource`
+  //! (copied when the receive is matched; keep it alive until the send finished).
+  request send(int peer, int tag, std::span<const std::byte> data, resource_type resource = {}) {
+    return post(peer, tag, data.data(), nullptr, data.size(), true, resource);
   }
-  //! Starts receiving exactly `data.size()` bytes from `peer`.
-  request receive(int peer, int tag, std::span<std::byte> data, host_thread = {}) {
-    return post(peer, tag, nullptr, data.data(), data.size(), false);
+  //! Starts receiving exactly `data.size()` bytes from `peer`, into memory that the
+  //! work already issued on `resource` may still be using.
+  request receive(int peer, int tag, std::span<std::byte> data, resource_type resource = {}) {
+    return post(peer, tag, nullptr, data.data(), data.size(), false, resource);
   }
   //! Whether the transfer finished.
   [[nodiscard]] bool test(request& r) {
-    std::lock_guard lock(world_->mutex_);
-    return r->done.load();
+    {
+      std::lock_guard lock(world_->mutex_);
+      if (!r->done.load()) return false;
+    }
+    return transport_.finished(*r);
   }
-  //! Blocks until the transfer finished; throws on abort, watchdog or size mismatch.
-  void wait(request& r, host_thread = {}) {
+  //! Blocks until the transfer is matched, then orders `resource` after it (on the
+  //! host: it has finished); throws on abort, watchdog or size mismatch.
+  void wait(request& r, resource_type resource = {}) {
     // A short spin first: a peer usually answers within microseconds, and a
     // blocking wait costs a futex round trip on both sides.
     for (int spin = 0; spin < 200 && !r->done.load(std::memory_order_acquire); ++spin) std::this_thread::yield();
-    std::unique_lock lock(world_->mutex_);
-    world_->wait(lock, global(), [&] { return r->done.load(); }, "a message");
+    {
+      std::unique_lock lock(world_->mutex_);
+      world_->wait(lock, global(), [&] { return r->done.load(); }, "a message");
+    }
     if (!r->error.empty()) throw error(r->error);
+    transport_.order_after(*r, resource);
   }
 
-  //! Sums `buffer` over all ranks in place (member order, so deterministic).
-  void all_reduce_sum(const gradient_buffer& buffer, host_thread = {}) {
+  //! Sums `buffer` over all ranks in place, in member order (so deterministic);
+  //! `resource` is ordered after the sum.
+  void all_reduce_sum(const gradient_buffer& buffer, resource_type resource = {}) {
     if (size() == 1) return;
-    std::unique_lock lock(world_->mutex_);
-    auto& state = world_->collectives_[{id_, sequence_++}];
-    const auto key = std::pair{id_, sequence_ - 1};
-    if (state.parts.empty()) state.parts.resize(members_.size());
-    state.parts[static_cast<std::size_t>(index_)] = buffer.data;
-    if (++state.arrived == size()) {
-      if (buffer.type == element_type::float64) sum_parts<double>(state, state.sum64, buffer.count);
-      else sum_parts<float>(state, state.sum32, buffer.count);
-      state.done = true;
-      for (int member : members_) world_->wake(member);
-    } else {
-      world_->wait(lock, global(), [&] { return state.done; }, "an all-reduce");
-    }
-    // An empty buffer still takes part (every member calls the collective) but copies nothing.
-    if (buffer.bytes() > 0) {
-      if (buffer.type == element_type::float64) std::memcpy(buffer.data, state.sum64.data(), buffer.bytes());
-      else std::memcpy(buffer.data, state.sum32.data(), buffer.bytes());
-    }
-    if (++state.departed == size()) world_->collectives_.erase(key);
+    auto arrival = transport_.arrive(buffer, resource);
+    const auto reduced = collective(buffer.data, std::move(arrival), [&](detail::inproc_collective& state) {
+      return transport_.reduce(state.parts, state.arrivals, buffer);
+    });
+    transport_.order_after_reduce(reduced, resource);
   }
 
-  //! Sums one host value over all ranks.
+  //! Sums one host value over all ranks (after the work issued on this rank's
+  //! resource has finished: on a device, the step's one host wait).
   [[nodiscard]] double all_reduce_value(double value) {
-    all_reduce_sum(gradient_buffer::of(std::span<double>(&value, 1)));
+    transport_.settle(resource(), world_->watchdog(), global());
+    if (size() == 1) return value;
+    (void)collective(&value, {}, [](detail::inproc_collective& state) {
+      detail::sum_into_every_part<double>(state.parts, 1);
+      return std::shared_ptr<void>{};
+    });
     return value;
   }
 
-  //! MPI_Comm_split: ranks with the same `color` form a communicator, ordered by (key, rank).
-  [[nodiscard]] inproc_communicator split(int color, int key) {
+  //! MPI_Comm_split: ranks with the same `color` form a communicator, ordered by
+  //! (key, rank); it shares this rank's transport.
+  [[nodiscard]] basic_inproc_communicator split(int color, int key) {
     std::unique_lock lock(world_->mutex_);
     const auto at = std::pair{id_, sequence_++};
     auto& state = world_->collectives_[at];
@@ -260,7 +285,7 @@ public:
     } else {
       world_->wait(lock, global(), [&] { return state.done; }, "a split");
     }
-    inproc_communicator result(*this);
+    basic_inproc_communicator result(*this);
     auto& [id, globals, position] = state.groups[static_cast<std::size_t>(index_)];
     result.id_ = id;
     result.members_ = globals;
@@ -275,29 +300,47 @@ public:
   //! Changes the world's watchdog.
   void set_watchdog(double seconds) { world_->set_watchdog(seconds); }
 
-  //! 64-byte aligned host memory.
-  [[nodiscard]] std::byte* allocate(std::size_t bytes) {
-    return static_cast<std::byte*>(::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t{64}));
-  }
+  //! Memory the transport moves (64-byte aligned host memory, or device memory).
+  [[nodiscard]] std::byte* allocate(std::size_t bytes) { return transport_.allocate(bytes); }
   //! Frees `allocate`'s memory.
-  void deallocate(std::byte* pointer, std::size_t) noexcept { ::operator delete(pointer, std::align_val_t{64}); }
+  void deallocate(std::byte* pointer, std::size_t bytes) noexcept { transport_.deallocate(pointer, bytes); }
 
 private:
   [[nodiscard]] int global() const noexcept { return members_[static_cast<std::size_t>(index_)]; }
 
-  template <class T>
-  void sum_parts(const detail::inproc_collective& state, std::vector<T>& sum, std::size_t count) {
-    sum.assign(count, T{});
-    for (const void* part : state.parts) {
-      const T* values = static_cast<const T*>(part);
-      for (std::size_t i = 0; i < count; ++i) sum[i] += values[i];
+  // One collective over this communicator: each member deposits `part` (and what
+  // its transport recorded on arrival); the last to arrive runs `reduce` over all
+  // of them while the others wait. Returns what `reduce` returned.
+  template <class Reduce>
+  std::shared_ptr<void> collective(void* part, std::shared_ptr<void> arrival, Reduce&& reduce) {
+    std::unique_lock lock(world_->mutex_);
+    const auto at = std::pair{id_, sequence_++};
+    auto& state = world_->collectives_[at];
+    if (state.parts.empty()) {
+      state.parts.resize(members_.size());
+      state.arrivals.resize(members_.size());
     }
+    state.parts[static_cast<std::size_t>(index_)] = part;
+    state.arrivals[static_cast<std::size_t>(index_)] = std::move(arrival);
+    if (++state.arrived == size()) {
+      state.reduced = reduce(state);
+      state.done = true;
+      for (int member : members_) world_->wake(member);
+    } else {
+      world_->wait(lock, global(), [&] { return state.done; }, "an all-reduce");
+    }
+    auto reduced = state.reduced;
+    if (++state.departed == size()) world_->collectives_.erase(at);
+    return reduced;
   }
 
   request post(int peer, int tag, const std::byte* send_data, std::byte* receive_data, std::size_t bytes,
-               bool is_send) {
-    if (peer < 0 || peer >= size()) throw error("inproc_communicator: peer out of range");
-    auto state = std::make_shared<detail::inproc_request_state>();
+               bool is_send, resource_type resource) {
+    if (peer < 0 || peer >= size())
+      throw error("inproc communicator: peer " + std::to_string(peer) + " out of range for a communicator of " +
+                  std::to_string(size()) + " ranks");
+    auto state = std::make_shared<state_type>();
+    transport_.mark(*state, resource);
     std::lock_guard lock(world_->mutex_);
     if (world_->aborted_) throw pipeline_aborted("rank " + std::to_string(global()) + " stopped: " + world_->failure_text_);
     const int source = is_send ? index_ : peer;
@@ -308,7 +351,7 @@ private:
       (is_send ? box.sends : box.receives).push_back({send_data, receive_data, bytes, global(), state});
       return state;
     }
-    detail::inproc_pending match = std::move(other.front());
+    auto match = std::move(other.front());
     other.pop_front();
     const std::size_t send_bytes = is_send ? bytes : match.bytes;
     const std::size_t receive_bytes = is_send ? match.bytes : bytes;
@@ -320,8 +363,10 @@ private:
       text.append(" bytes, expected ").append(std::to_string(receive_bytes));
       state->error = text;
       match.state->error = text;
-    } else if (bytes > 0) {
-      std::memcpy(is_send ? match.receive_data : receive_data, is_send ? send_data : match.send_data, bytes);
+    } else if (is_send) {
+      transport_.copy(send_data, match.receive_data, bytes, *state, *match.state);
+    } else {
+      transport_.copy(match.send_data, receive_data, bytes, *match.state, *state);
     }
     state->done.store(true, std::memory_order_release);
     match.state->done.store(true, std::memory_order_release);
@@ -329,27 +374,36 @@ private:
     return state;
   }
 
-  inproc_world* world_;
+  world_type* world_;
+  Transport transport_;
   int id_;
   std::vector<int> members_;  // world ranks, by rank in this communicator
   int index_;
   std::uint64_t sequence_ = 0;  // collectives issued on this communicator
 };
+
+//! The world of threads that `inproc_communicator`s share.
+using inproc_world = basic_inproc_world<host_transport>;
+//! Ranks as threads of one process, host memory. Models `communicator`.
+using inproc_communicator = basic_inproc_communicator<host_transport>;
 static_assert(communicator<inproc_communicator>);
 
-//! Runs `body(inproc_communicator&)` on `ranks` threads, one per rank, and waits for
-//! all. When any rank throws, every other rank is stopped (its waits throw) and the
-//! first original exception is rethrown here. A stage that never returns cannot be
-//! cancelled in-process: the other ranks stop after the watchdog, the join waits for it.
-template <class Body>
-void run_inproc(int ranks, Body&& body, double watchdog_seconds = default_watchdog_seconds) {
-  inproc_world world(ranks, watchdog_seconds);
+//! Runs `body(basic_inproc_communicator<Transport>&)` on `ranks` threads, one per
+//! rank, each with the transport `make_transport(rank)` returns (called on its
+//! thread), and waits for all. When any rank throws, every other rank is stopped
+//! (its waits throw) and the first original exception is rethrown here. A stage
+//! that never returns cannot be cancelled in-process: the other ranks stop after
+//! the watchdog, the join waits for it.
+template <class Transport, class MakeTransport, class Body>
+void run_inproc_with(int ranks, MakeTransport&& make_transport, Body&& body,
+                     double watchdog_seconds = default_watchdog_seconds) {
+  basic_inproc_world<Transport> world(ranks, watchdog_seconds);
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(ranks));
   for (int rank = 0; rank < ranks; ++rank)
-    threads.emplace_back([&world, &body, rank] {
+    threads.emplace_back([&world, &body, &make_transport, rank] {
       try {
-        inproc_communicator comm(world, rank);
+        basic_inproc_communicator<Transport> comm(world, rank, make_transport(rank));
         body(comm);
       } catch (...) {
         world.abort(std::current_exception());
@@ -357,6 +411,13 @@ void run_inproc(int ranks, Body&& body, double watchdog_seconds = default_watchd
     });
   for (auto& thread : threads) thread.join();
   if (auto failure = world.failure()) std::rethrow_exception(failure);
+}
+
+//! Runs `body(inproc_communicator&)` on `ranks` threads (host memory); see `run_inproc_with`.
+template <class Body>
+void run_inproc(int ranks, Body&& body, double watchdog_seconds = default_watchdog_seconds) {
+  run_inproc_with<host_transport>(
+      ranks, [](int) { return host_transport{}; }, std::forward<Body>(body), watchdog_seconds);
 }
 
 }  // namespace dflop
