@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # On a machine with a GPU: configure, build, run the gpu-labelled tests and the
 # executor benchmark in one go. Usage: bench/gpu/run.sh [build-dir]  (default build-gpu)
-# Results: build-dir/gpu-tests.log and build-dir/exec_bench.json; paste into docs/benchmarks-exec.md.
+# Results: build-dir/gpu-tests.log and build-dir/exec_bench.json; paste into docs/benchmarks/executor.md.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${1:-$root/build-gpu}"

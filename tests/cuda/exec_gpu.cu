@@ -1,14 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // An affine CUDA stage (y = w x + b per element, loss 0.5 |y|^2 on the last stage)
-// run by dflop's executor over a 1-rank NCCL communicator on one GPU.
+// run by dflop's executor on one GPU: over a 1-rank NCCL communicator (a rank's
+// chunks hand activations over locally) and over the stream communicator (one
+// thread and stream per rank, device-to-device copies, data-parallel sums).
 #include "exec_gpu.hpp"
 
 #include <dflop/cuda/error.cuh>
 #include <dflop/cuda/nccl_communicator.cuh>
+#include <dflop/cuda/stream_communicator.cuh>
 #include <dflop/exec/executor.hpp>
 #include <dflop/schedule/by_name.hpp>
 
 #include <cmath>
+#include <mutex>
+#include <stdexcept>
 #include <span>
 #include <vector>
 
@@ -43,8 +48,8 @@ unsigned blocks(std::uint32_t n) { return (n + 255) / 256; }
 // A user CUDA stage: launches its kernels on ctx.resource (the compute stream).
 class affine_stage {
 public:
-  affine_stage(std::uint32_t stage, std::uint32_t stages, double* loss)
-      : stage_(stage), stages_(stages), w_(0.9 + 0.05 * stage), b_(0.01 * stage), loss_(loss) {
+  affine_stage(std::uint32_t stage, std::uint32_t stages, double* loss, bool fails = false)
+      : stage_(stage), stages_(stages), w_(0.9 + 0.05 * stage), b_(0.01 * stage), loss_(loss), fails_(fails) {
     DFLOP_CUDA_TRY(cudaMalloc(&gradients_, 2 * sizeof(double)));
     DFLOP_CUDA_TRY(cudaMemset(gradients_, 0, 2 * sizeof(double)));
   }
@@ -52,6 +57,7 @@ public:
   std::size_t output_bytes(const microbatch_view& mb) const { return stage_ + 1 == stages_ ? 0 : bytes(mb); }
 
   void forward(basic_stage_context<cudaStream_t>& ctx) {
+    if (fails_ && ctx.microbatch == 1) throw std::runtime_error("injected fault");
     const auto n = static_cast<std::uint32_t>(bytes(ctx.samples) / sizeof(double));
     auto* y = reinterpret_cast<double*>(ctx.stash(n * sizeof(double)).data());
     const double* x = reinterpret_cast<const double*>(ctx.input.data());
@@ -86,44 +92,119 @@ private:
   double w_;
   double b_;
   double* loss_;
+  bool fails_;
   double* gradients_ = nullptr;
 };
 static_assert(pipeline_stage<affine_stage, basic_stage_context<cudaStream_t>>);
+
+// Runs one step on `world`'s rank with its chunks of `stages` model stages and
+// appends its stages' gradients to result.gradients[replica][model stage].
+// Model stage `failing` (if any) throws in its forward of microbatch 1.
+template <class Communicator>
+void run_rank(Communicator& world, std::uint32_t ranks, const pipeline_schedule& schedule, const step_batch& batch,
+              double* loss, std::vector<std::vector<double>>& gradients, std::mutex& lock,
+              std::uint32_t failing = ~0U) {
+  const std::uint32_t stages = ranks * schedule.chunks;
+  const auto rank = static_cast<std::uint32_t>(world.rank()) % ranks;
+  std::vector<affine_stage> mine;
+  for (std::uint32_t c = 0; c < schedule.chunks; ++c)
+    mine.emplace_back(c * ranks + rank, stages, loss, c * ranks + rank == failing);
+  // The stages' cudaMemset ran on the legacy stream, which the executor's streams do not wait for.
+  DFLOP_CUDA_TRY(cudaDeviceSynchronize());
+  executor<Communicator, affine_stage> run(world, ranks, std::move(mine));
+  (void)run.step(schedule, batch);
+  DFLOP_CUDA_TRY(cudaStreamSynchronize(world.resource()));
+  std::lock_guard guard(lock);
+  auto& replica = gradients[run.replica()];
+  for (std::uint32_t c = 0; c < schedule.chunks; ++c) {
+    double g[2];
+    DFLOP_CUDA_TRY(cudaMemcpy(g, run.stages()[c].gradients().data(), sizeof(g), cudaMemcpyDeviceToHost));
+    replica[2 * (c * ranks + rank)] = g[0];
+    replica[2 * (c * ranks + rank) + 1] = g[1];
+  }
+}
+
+// A zeroed device double for the loss.
+double* device_loss() {
+  double* loss = nullptr;
+  DFLOP_CUDA_TRY(cudaMalloc(&loss, sizeof(double)));
+  DFLOP_CUDA_TRY(cudaMemset(loss, 0, sizeof(double)));
+  DFLOP_CUDA_TRY(cudaDeviceSynchronize());
+  return loss;
+}
+
+// Two 64-token samples per microbatch, microbatches in replica-major order.
+struct affine_batch {
+  explicit affine_batch(std::uint32_t lists)
+      : samples(2 * lists, sample{"s", modality::text, 0, 0, 100}), microbatches(contiguous_microbatches(samples.size(), lists)) {}
+  std::vector<sample> samples;
+  std::vector<std::vector<std::uint32_t>> microbatches;
+  [[nodiscard]] step_batch view() const { return {samples, microbatches}; }
+};
+
+affine_result collect(double* loss, std::vector<std::vector<double>> gradients) {
+  affine_result result;
+  DFLOP_CUDA_TRY(cudaMemcpy(&result.loss, loss, sizeof(double), cudaMemcpyDeviceToHost));
+  (void)cudaFree(loss);
+  result.gradients = std::move(gradients.front());
+  result.replica_gradients = std::move(gradients);
+  return result;
+}
 
 }  // namespace
 
 affine_result run_affine_on_gpu(const std::string& name, std::uint32_t chunks, std::uint32_t microbatches) {
   const auto schedule = make_schedule(name, {1, microbatches}, chunks);
-  std::vector<sample> samples(2 * microbatches, sample{"s", modality::text, 0, 0, 100});
-  const auto lists = contiguous_microbatches(samples.size(), microbatches);
-  ncclComm_t comm = nullptr;
+  const affine_batch batch(microbatches);
   int device = 0;
   DFLOP_CUDA_TRY(cudaSetDevice(device));
+  ncclComm_t comm = nullptr;
   DFLOP_NCCL_TRY(ncclCommInitAll(&comm, 1, &device));
   cudaStream_t stream = nullptr;
   DFLOP_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  double* loss = nullptr;
-  DFLOP_CUDA_TRY(cudaMalloc(&loss, sizeof(double)));
-  DFLOP_CUDA_TRY(cudaMemset(loss, 0, sizeof(double)));
-  affine_result result;
+  double* loss = device_loss();
+  std::vector<std::vector<double>> gradients(1, std::vector<double>(2 * chunks));
+  std::mutex lock;
   {
     nccl_communicator world(comm, stream, 30);
-    std::vector<affine_stage> stages;
-    for (std::uint32_t c = 0; c < chunks; ++c) stages.emplace_back(c, chunks, loss);
-    executor<nccl_communicator, affine_stage> run(world, 1, std::move(stages));
-    (void)run.step(schedule, {samples, lists});
-    DFLOP_CUDA_TRY(cudaStreamSynchronize(stream));
-    DFLOP_CUDA_TRY(cudaMemcpy(&result.loss, loss, sizeof(double), cudaMemcpyDeviceToHost));
-    for (auto& stage : run.stages()) {
-      double g[2];
-      DFLOP_CUDA_TRY(cudaMemcpy(g, stage.gradients().data(), sizeof(g), cudaMemcpyDeviceToHost));
-      result.gradients.push_back(g[0]);
-      result.gradients.push_back(g[1]);
-    }
+    run_rank(world, 1, schedule, batch.view(), loss, gradients, lock);
+  }
+  (void)cudaStreamDestroy(stream);
+  return collect(loss, std::move(gradients));
+}
+
+affine_result run_affine_on_streams(const std::string& name, std::uint32_t ranks, std::uint32_t chunks,
+                                    std::uint32_t microbatches, std::uint32_t replicas) {
+  const auto schedule = make_schedule(name, {ranks, microbatches}, chunks);
+  const affine_batch batch(replicas * microbatches);
+  DFLOP_CUDA_TRY(cudaSetDevice(0));
+  double* loss = device_loss();
+  std::vector<std::vector<double>> gradients(replicas, std::vector<double>(2 * ranks * chunks));
+  std::mutex lock;
+  run_on_streams(static_cast<int>(ranks * replicas),
+                 [&](stream_communicator& world) { run_rank(world, ranks, schedule, batch.view(), loss, gradients, lock); },
+                 0, 30);
+  return collect(loss, std::move(gradients));
+}
+
+void run_failing_stage_on_streams(std::uint32_t ranks, std::uint32_t failing) {
+  const auto schedule = make_schedule("1f1b", {ranks, 4}, 1);
+  const affine_batch batch(4);
+  DFLOP_CUDA_TRY(cudaSetDevice(0));
+  double* loss = device_loss();
+  std::vector<std::vector<double>> gradients(1, std::vector<double>(2 * ranks));
+  std::mutex lock;
+  try {
+    run_on_streams(static_cast<int>(ranks),
+                   [&](stream_communicator& world) {
+                     run_rank(world, ranks, schedule, batch.view(), loss, gradients, lock, failing);
+                   },
+                   0, 10);
+  } catch (...) {
+    (void)cudaFree(loss);
+    throw;
   }
   (void)cudaFree(loss);
-  (void)cudaStreamDestroy(stream);
-  return result;
 }
 
 }  // namespace dflop::test

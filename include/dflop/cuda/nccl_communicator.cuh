@@ -12,6 +12,7 @@
 
 #include <dflop/cuda/config.cuh>
 #include <dflop/cuda/error.cuh>
+#include <dflop/cuda/event.cuh>
 #include <dflop/exec/communicator.hpp>
 #include <dflop/exec/failure.hpp>
 #include <dflop/exec/gradient_buffer.hpp>
@@ -34,18 +35,6 @@
 namespace dflop {
 
 namespace detail {
-struct cuda_event_deleter {
-  void operator()(CUevent_st* event) const noexcept { (void)cudaEventDestroy(event); }
-};
-//! A shared CUDA event (destroyed when the last request holding it goes).
-using shared_cuda_event = std::shared_ptr<CUevent_st>;
-
-inline shared_cuda_event make_event() {
-  cudaEvent_t event = nullptr;
-  DFLOP_CUDA_TRY(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-  return {event, cuda_event_deleter{}};
-}
-
 inline void nccl_check(ncclResult_t status, const char* call, ncclComm_t comm) {
   if (status == ncclSuccess || status == ncclInProgress) return;
   const char* detail_text = comm != nullptr ? ncclGetLastError(comm) : nullptr;
@@ -110,35 +99,26 @@ public:
 
   //! Sends `data` (device memory) to `peer` after the work already on `stream`.
   request send(int peer, int, std::span<const std::byte> data, cudaStream_t stream) {
-    auto produced = detail::make_event();
-    DFLOP_CUDA_TRY(cudaEventRecord(produced.get(), stream));
+    const auto produced = detail::record_event(stream);
     DFLOP_CUDA_TRY(cudaStreamWaitEvent(send_stream_, produced.get(), 0));
     detail::nccl_check(ncclGroupStart(), "ncclGroupStart", comm_);
     detail::nccl_check(ncclSend(data.data(), data.size(), ncclChar, peer, comm_, send_stream_), "ncclSend", comm_);
     detail::nccl_check(ncclGroupEnd(), "ncclGroupEnd", comm_);
-    request r{detail::make_event()};
-    DFLOP_CUDA_TRY(cudaEventRecord(r.event.get(), send_stream_));
-    return r;
+    return {detail::record_event(send_stream_)};
   }
-  //! Receives `data.size()` bytes (device memory) from `peer` on the receive stream.
-  request receive(int peer, int, std::span<std::byte> data, cudaStream_t) {
+  //! Receives `data.size()` bytes (device memory) from `peer` on the receive stream,
+  //! after the work already issued on `stream`: a pooled buffer the executor reuses
+  //! may still be read by kernels queued there.
+  request receive(int peer, int, std::span<std::byte> data, cudaStream_t stream) {
+    const auto free_to_overwrite = detail::record_event(stream);
+    DFLOP_CUDA_TRY(cudaStreamWaitEvent(receive_stream_, free_to_overwrite.get(), 0));
     detail::nccl_check(ncclGroupStart(), "ncclGroupStart", comm_);
     detail::nccl_check(ncclRecv(data.data(), data.size(), ncclChar, peer, comm_, receive_stream_), "ncclRecv", comm_);
     detail::nccl_check(ncclGroupEnd(), "ncclGroupEnd", comm_);
-    request r{detail::make_event()};
-    DFLOP_CUDA_TRY(cudaEventRecord(r.event.get(), receive_stream_));
-    return r;
+    return {detail::record_event(receive_stream_)};
   }
   //! Whether the transfer finished (an event query; never blocks).
-  [[nodiscard]] bool test(request& r) {
-    const cudaError_t status = cudaEventQuery(r.event.get());
-    if (status == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    DFLOP_CUDA_TRY(status);
-    return true;
-  }
+  [[nodiscard]] bool test(request& r) { return detail::event_done(r.event.get()); }
   //! Orders `stream` after the transfer (no host wait).
   void wait(request& r, cudaStream_t stream) { DFLOP_CUDA_TRY(cudaStreamWaitEvent(stream, r.event.get(), 0)); }
 

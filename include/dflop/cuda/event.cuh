@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! Shared CUDA events: the communicators' requests hold them, several requests may
+//! share one (the two ends of an on-device copy), and the last holder destroys it.
+#pragma once
+
+#include <dflop/cuda/config.cuh>
+#include <dflop/cuda/error.cuh>
+
+#include <memory>
+
+namespace dflop::detail {
+
+//! Destroys a CUDA event (CUDA defers it until recorded work on it completed).
+struct cuda_event_deleter {
+  void operator()(CUevent_st* event) const noexcept { (void)cudaEventDestroy(event); }
+};
+//! A shared CUDA event (destroyed when the last request holding it goes).
+using shared_cuda_event = std::shared_ptr<CUevent_st>;
+
+//! A new event without timing (cheaper to record and wait on).
+inline shared_cuda_event make_event() {
+  cudaEvent_t event = nullptr;
+  DFLOP_CUDA_TRY(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  return {event, cuda_event_deleter{}};
+}
+
+//! A new event recorded on `stream`: completes with the work issued there so far.
+inline shared_cuda_event record_event(cudaStream_t stream) {
+  auto event = make_event();
+  DFLOP_CUDA_TRY(cudaEventRecord(event.get(), stream));
+  return event;
+}
+
+//! Whether `event` completed (an event query; never blocks).
+inline bool event_done(cudaEvent_t event) {
+  const cudaError_t status = cudaEventQuery(event);
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  DFLOP_CUDA_TRY(status);
+  return true;
+}
+
+}  // namespace dflop::detail
