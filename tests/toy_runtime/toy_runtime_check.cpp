@@ -6,7 +6,8 @@
 //     STEPS step lines; the mean prediction error |predicted - measured| / measured
 //     of the last WINDOW steps is below MAX_ERROR and below the first WINDOW steps';
 //     planning is hidden (mean wait in next() over steps 1.. under half the mean
-//     planning time); the summary line agrees with the step lines.
+//     planning time); the summary line agrees with the step lines. The timing
+//     claims must hold in one of three runs (measured times have outliers).
 //   same FIELD[,FIELD...] -- COMMAND... [::: COMMAND...]...
 //     every command prints the same steps, and each FIELD is bitwise equal across
 //     the commands that print it (at least two must).
@@ -96,7 +97,9 @@ void check_steps(const run_lines& lines, std::size_t steps) {
     if (lines.steps[k].at("step").get<std::size_t>() != k) fail("step lines out of order at " + std::to_string(k));
 }
 
-int converges(std::size_t window, double max_error, std::size_t steps, const command& cmd) {
+// One run of `converges`: fails on malformed output; returns why the timing claims
+// (error below the bound and falling, planning hidden) missed, or "" when they held.
+std::string converges_once(std::size_t window, double max_error, std::size_t steps, const command& cmd) {
   const auto lines = parse(run(cmd));
   check_steps(lines, steps);
   if (steps < 2 * window) fail("fewer steps than two windows");
@@ -116,9 +119,6 @@ int converges(std::size_t window, double max_error, std::size_t steps, const com
   std::cout << "mean prediction error: first " << window << " steps " << first * 100 << "%, last " << window
             << " steps " << last * 100 << "%\nmean planning " << plan * 1e3 << " ms, mean wait for the plan (steps 1..) "
             << wait * 1e3 << " ms\n";
-  if (!(last < max_error)) fail("the last steps' mean error " + std::to_string(last) + " is not below " + std::to_string(max_error));
-  if (!(last < first)) fail("the last steps' mean error is not below the first steps'");
-  if (!(wait < 0.5 * plan)) fail("planning is not hidden: the trainer waited " + std::to_string(wait) + " s per step");
   if (lines.summaries.size() != 1) fail("expected one summary line");
   const auto& summary = lines.summaries.front();
   const auto agrees = [](double reported, double computed) { return std::abs(reported - computed) <= 1e-9 * (1 + computed); };
@@ -126,7 +126,22 @@ int converges(std::size_t window, double max_error, std::size_t steps, const com
       !agrees(summary.at("mean_prediction_error_last"), last) || !agrees(summary.at("mean_planning_seconds"), plan) ||
       !agrees(summary.at("mean_planning_wait_seconds"), wait))
     fail("the summary disagrees with the step lines: " + summary.dump());
-  return 0;
+  if (!(last < max_error)) return "the last steps' mean error " + std::to_string(last) + " is not below " + std::to_string(max_error);
+  if (!(last < first)) return "the last steps' mean error is not below the first steps'";
+  if (!(wait < 0.5 * plan)) return "planning is not hidden: the trainer waited " + std::to_string(wait) + " s per step";
+  return {};
+}
+
+// The timing claims hold in one of three runs: measured times on a shared machine
+// have outliers (another process takes the core), malformed output fails at once.
+int converges(std::size_t window, double max_error, std::size_t steps, const command& cmd) {
+  constexpr int attempts = 3;
+  for (int attempt = 1;; ++attempt) {
+    const std::string missed = converges_once(window, max_error, steps, cmd);
+    if (missed.empty()) return 0;
+    if (attempt == attempts) fail(missed + " (in each of " + std::to_string(attempts) + " runs)");
+    std::cout << "run " << attempt << ": " << missed << "; running again\n";
+  }
 }
 
 int same(const std::vector<std::string>& fields, const std::vector<command>& commands) {
