@@ -110,3 +110,27 @@ TEST_CASE("a message of the wrong size is an error, not a hang", "[exec]") {
   CHECK_THROWS_AS(b.wait(receive), error);
   CHECK_THROWS_AS(a.wait(send), error);
 }
+
+TEST_CASE("members summing buffers of different sizes or types get an error, not a corrupted sum", "[exec]") {
+  for (const bool other_type : {false, true}) {
+    INFO((other_type ? "floats vs doubles" : "3 vs 2 doubles"));
+    std::vector<std::string> errors(3);
+    std::vector<std::vector<double>> doubles(3, std::vector<double>{1.0, 2.0});
+    std::vector<float> floats{1.0F, 2.0F};
+    doubles[1].push_back(3.0);
+    run_inproc(3, [&](inproc_communicator& comm) {
+      const auto r = static_cast<std::size_t>(comm.rank());
+      auto buffer = gradient_buffer::of(std::span<double>(doubles[r]));
+      if (r == 1 && other_type) buffer = gradient_buffer::of(std::span<float>(floats));
+      if (r == 1 && !other_type) buffer.count = 3;
+      try {
+        comm.all_reduce_sum(buffer);
+      } catch (const error& e) {
+        errors[r] = e.what();
+      }
+    });
+    for (const auto& text : errors) CHECK_THAT(text, Catch::Contains("all_reduce_sum: rank"));
+    CHECK(doubles[0] == std::vector<double>{1.0, 2.0});  // nothing summed
+    CHECK(doubles[2] == std::vector<double>{1.0, 2.0});
+  }
+}

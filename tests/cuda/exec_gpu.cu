@@ -12,6 +12,7 @@
 #include <dflop/schedule/by_name.hpp>
 
 #include <cmath>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <span>
@@ -45,13 +46,25 @@ __global__ void affine_backward(const double* x, const double* dy, double* dx, s
 
 unsigned blocks(std::uint32_t n) { return (n + 255) / 256; }
 
-// A user CUDA stage: launches its kernels on ctx.resource (the compute stream).
+// Device memory freed with cudaFree.
+struct cuda_free {
+  void operator()(double* pointer) const noexcept { (void)cudaFree(pointer); }
+};
+
+// A user CUDA stage: launches its kernels on ctx.resource (the compute stream) and
+// touches the executor's buffers only there. The last stage reports each
+// microbatch's loss through ctx.loss (one stream synchronization per microbatch:
+// a test; a trainer would keep the loss on the device).
 class affine_stage {
 public:
-  affine_stage(std::uint32_t stage, std::uint32_t stages, double* loss, bool fails = false)
-      : stage_(stage), stages_(stages), w_(0.9 + 0.05 * stage), b_(0.01 * stage), loss_(loss), fails_(fails) {
-    DFLOP_CUDA_TRY(cudaMalloc(&gradients_, 2 * sizeof(double)));
-    DFLOP_CUDA_TRY(cudaMemset(gradients_, 0, 2 * sizeof(double)));
+  affine_stage(std::uint32_t stage, std::uint32_t stages, bool fails = false)
+      : stage_(stage), stages_(stages), w_(0.9 + 0.05 * stage), b_(0.01 * stage), fails_(fails) {
+    double* gradients = nullptr;
+    DFLOP_CUDA_TRY(cudaMalloc(&gradients, 2 * sizeof(double)));
+    gradients_.reset(gradients);
+    // cudaMemset runs on the legacy stream, which the executor's non-blocking streams do not wait for.
+    DFLOP_CUDA_TRY(cudaMemset(gradients, 0, 2 * sizeof(double)));
+    DFLOP_CUDA_TRY(cudaStreamSynchronize(nullptr));
   }
   std::size_t input_bytes(const microbatch_view& mb) const { return stage_ == 0 ? 0 : bytes(mb); }
   std::size_t output_bytes(const microbatch_view& mb) const { return stage_ + 1 == stages_ ? 0 : bytes(mb); }
@@ -66,11 +79,19 @@ public:
       fill_input<<<blocks(n), 256, 0, ctx.resource>>>(filled, n, ctx.samples.indices()[0]);
       x = filled;
     }
-    double* out = stage_ + 1 == stages_ ? y : reinterpret_cast<double*>(ctx.output.data());
+    const bool last = stage_ + 1 == stages_;
+    double* out = last ? y : reinterpret_cast<double*>(ctx.output.data());
     affine<<<blocks(n), 256, 0, ctx.resource>>>(x, out, n, w_, b_);
-    if (stage_ + 1 == stages_) add_loss<<<blocks(n), 256, 0, ctx.resource>>>(y, n, loss_);
-    else DFLOP_CUDA_TRY(cudaMemcpyAsync(y, out, n * sizeof(double), cudaMemcpyDeviceToDevice, ctx.resource));
-    DFLOP_CUDA_TRY(cudaGetLastError());
+    if (last) {
+      auto* loss = reinterpret_cast<double*>(ctx.scratch(sizeof(double)).data());
+      DFLOP_CUDA_TRY(cudaMemsetAsync(loss, 0, sizeof(double), ctx.resource));
+      add_loss<<<blocks(n), 256, 0, ctx.resource>>>(y, n, loss);
+      DFLOP_CUDA_TRY(cudaMemcpyAsync(&ctx.loss, loss, sizeof(double), cudaMemcpyDeviceToHost, ctx.resource));
+      DFLOP_CUDA_TRY(cudaStreamSynchronize(ctx.resource));
+    } else {
+      DFLOP_CUDA_TRY(cudaMemcpyAsync(y, out, n * sizeof(double), cudaMemcpyDeviceToDevice, ctx.resource));
+    }
+    DFLOP_CUDA_TRY(cudaPeekAtLastError());
   }
   void backward(basic_stage_context<cudaStream_t>& ctx) {
     auto y = ctx.stashed(0);
@@ -80,10 +101,10 @@ public:
     const double* dy = stage_ + 1 == stages_ ? reinterpret_cast<const double*>(y.data())
                                              : reinterpret_cast<const double*>(ctx.output_grad.data());
     double* dx = stage_ == 0 ? nullptr : reinterpret_cast<double*>(ctx.input_grad.data());
-    affine_backward<<<blocks(n), 256, 0, ctx.resource>>>(x, dy, dx, n, w_, gradients_);
-    DFLOP_CUDA_TRY(cudaGetLastError());
+    affine_backward<<<blocks(n), 256, 0, ctx.resource>>>(x, dy, dx, n, w_, gradients_.get());
+    DFLOP_CUDA_TRY(cudaPeekAtLastError());
   }
-  std::span<double> gradients() { return {gradients_, 2}; }
+  std::span<double> gradients() { return {gradients_.get(), 2}; }
 
 private:
   static std::size_t bytes(const microbatch_view& mb) { return mb.size() * tokens_per_sample * sizeof(double); }
@@ -91,46 +112,48 @@ private:
   std::uint32_t stages_;
   double w_;
   double b_;
-  double* loss_;
   bool fails_;
-  double* gradients_ = nullptr;
+  std::unique_ptr<double, cuda_free> gradients_;
 };
 static_assert(pipeline_stage<affine_stage, basic_stage_context<cudaStream_t>>);
 
-// Runs one step on `world`'s rank with its chunks of `stages` model stages and
-// appends its stages' gradients to result.gradients[replica][model stage].
-// Model stage `failing` (if any) throws in its forward of microbatch 1.
+// What the ranks of one run report, gathered under a lock.
+struct gathered {
+  explicit gathered(std::uint32_t replicas, std::uint32_t stages)
+      : gradients(replicas, std::vector<double>(2 * stages)) {}
+  std::mutex lock;
+  std::vector<double> losses;                   // step_result.loss of each rank
+  std::vector<std::vector<double>> gradients;  // [replica][2 * model stage + {0: dw, 1: db}]
+
+  [[nodiscard]] affine_result result() const {
+    affine_result out;
+    out.rank_losses = losses;
+    out.loss = losses.empty() ? 0.0 : losses.front();
+    out.gradients = gradients.front();
+    out.replica_gradients = gradients;
+    return out;
+  }
+};
+
+// Runs one step on `world`'s rank, holding chunks c of model stages c * ranks +
+// pipeline rank, and records its loss and gradients in `out`. Model stage
+// `failing` (if any) throws in its forward of microbatch 1.
 template <class Communicator>
 void run_rank(Communicator& world, std::uint32_t ranks, const pipeline_schedule& schedule, const step_batch& batch,
-              double* loss, std::vector<std::vector<double>>& gradients, std::mutex& lock,
-              std::uint32_t failing = ~0U) {
+              gathered& out, std::uint32_t failing = ~0U) {
   const std::uint32_t stages = ranks * schedule.chunks;
   const auto rank = static_cast<std::uint32_t>(world.rank()) % ranks;
   std::vector<affine_stage> mine;
-  for (std::uint32_t c = 0; c < schedule.chunks; ++c)
-    mine.emplace_back(c * ranks + rank, stages, loss, c * ranks + rank == failing);
-  // The stages' cudaMemset ran on the legacy stream, which the executor's streams do not wait for.
-  DFLOP_CUDA_TRY(cudaDeviceSynchronize());
+  for (std::uint32_t c = 0; c < schedule.chunks; ++c) mine.emplace_back(c * ranks + rank, stages, c * ranks + rank == failing);
   executor<Communicator, affine_stage> run(world, ranks, std::move(mine));
-  (void)run.step(schedule, batch);
+  const double loss = run.step(schedule, batch).loss;
   DFLOP_CUDA_TRY(cudaStreamSynchronize(world.resource()));
-  std::lock_guard guard(lock);
-  auto& replica = gradients[run.replica()];
-  for (std::uint32_t c = 0; c < schedule.chunks; ++c) {
-    double g[2];
-    DFLOP_CUDA_TRY(cudaMemcpy(g, run.stages()[c].gradients().data(), sizeof(g), cudaMemcpyDeviceToHost));
-    replica[2 * (c * ranks + rank)] = g[0];
-    replica[2 * (c * ranks + rank) + 1] = g[1];
-  }
-}
-
-// A zeroed device double for the loss.
-double* device_loss() {
-  double* loss = nullptr;
-  DFLOP_CUDA_TRY(cudaMalloc(&loss, sizeof(double)));
-  DFLOP_CUDA_TRY(cudaMemset(loss, 0, sizeof(double)));
-  DFLOP_CUDA_TRY(cudaDeviceSynchronize());
-  return loss;
+  std::lock_guard guard(out.lock);
+  out.losses.push_back(loss);
+  auto& replica = out.gradients[run.replica()];
+  for (std::uint32_t c = 0; c < schedule.chunks; ++c)
+    DFLOP_CUDA_TRY(cudaMemcpy(&replica[2 * (c * ranks + rank)], run.stages()[c].gradients().data(), 2 * sizeof(double),
+                              cudaMemcpyDeviceToHost));
 }
 
 // Two 64-token samples per microbatch, microbatches in replica-major order.
@@ -141,15 +164,6 @@ struct affine_batch {
   std::vector<std::vector<std::uint32_t>> microbatches;
   [[nodiscard]] step_batch view() const { return {samples, microbatches}; }
 };
-
-affine_result collect(double* loss, std::vector<std::vector<double>> gradients) {
-  affine_result result;
-  DFLOP_CUDA_TRY(cudaMemcpy(&result.loss, loss, sizeof(double), cudaMemcpyDeviceToHost));
-  (void)cudaFree(loss);
-  result.gradients = std::move(gradients.front());
-  result.replica_gradients = std::move(gradients);
-  return result;
-}
 
 }  // namespace
 
@@ -162,49 +176,33 @@ affine_result run_affine_on_gpu(const std::string& name, std::uint32_t chunks, s
   DFLOP_NCCL_TRY(ncclCommInitAll(&comm, 1, &device));
   cudaStream_t stream = nullptr;
   DFLOP_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  double* loss = device_loss();
-  std::vector<std::vector<double>> gradients(1, std::vector<double>(2 * chunks));
-  std::mutex lock;
+  gathered out(1, chunks);
   {
     nccl_communicator world(comm, stream, 30);
-    run_rank(world, 1, schedule, batch.view(), loss, gradients, lock);
+    run_rank(world, 1, schedule, batch.view(), out);
   }
   (void)cudaStreamDestroy(stream);
-  return collect(loss, std::move(gradients));
+  return out.result();
 }
 
 affine_result run_affine_on_streams(const std::string& name, std::uint32_t ranks, std::uint32_t chunks,
                                     std::uint32_t microbatches, std::uint32_t replicas) {
   const auto schedule = make_schedule(name, {ranks, microbatches}, chunks);
   const affine_batch batch(replicas * microbatches);
-  DFLOP_CUDA_TRY(cudaSetDevice(0));
-  double* loss = device_loss();
-  std::vector<std::vector<double>> gradients(replicas, std::vector<double>(2 * ranks * chunks));
-  std::mutex lock;
-  run_on_streams(static_cast<int>(ranks * replicas),
-                 [&](stream_communicator& world) { run_rank(world, ranks, schedule, batch.view(), loss, gradients, lock); },
-                 0, 30);
-  return collect(loss, std::move(gradients));
+  gathered out(replicas, ranks * chunks);
+  run_on_streams(
+      static_cast<int>(ranks * replicas), [&](stream_communicator& world) { run_rank(world, ranks, schedule, batch.view(), out); },
+      0, 30);
+  return out.result();
 }
 
 void run_failing_stage_on_streams(std::uint32_t ranks, std::uint32_t failing) {
   const auto schedule = make_schedule("1f1b", {ranks, 4}, 1);
   const affine_batch batch(4);
-  DFLOP_CUDA_TRY(cudaSetDevice(0));
-  double* loss = device_loss();
-  std::vector<std::vector<double>> gradients(1, std::vector<double>(2 * ranks));
-  std::mutex lock;
-  try {
-    run_on_streams(static_cast<int>(ranks),
-                   [&](stream_communicator& world) {
-                     run_rank(world, ranks, schedule, batch.view(), loss, gradients, lock, failing);
-                   },
-                   0, 10);
-  } catch (...) {
-    (void)cudaFree(loss);
-    throw;
-  }
-  (void)cudaFree(loss);
+  gathered out(1, ranks);
+  run_on_streams(
+      static_cast<int>(ranks),
+      [&](stream_communicator& world) { run_rank(world, ranks, schedule, batch.view(), out, failing); }, 0, 10);
 }
 
 }  // namespace dflop::test

@@ -12,7 +12,8 @@ namespace dflop::test {
 
 // Loss and per-stage (dw, db) gradients of one step.
 struct affine_result {
-  double loss = 0;
+  double loss = 0;                   // the step's loss (rank 0's report)
+  std::vector<double> rank_losses;  // every rank's report (all the same)
   std::vector<double> gradients;  // [2 * stage + 0] = dw, [2 * stage + 1] = db (replica 0's)
   std::vector<std::vector<double>> replica_gradients;  // every data-parallel replica's, after the sum
 };

@@ -38,6 +38,7 @@ namespace {
 // Loss and every replica's gradients within 1e-12 relative of the host reference.
 void check_against_host(const test::affine_result& gpu, const test::affine_result& host) {
   CHECK(gpu.loss == Approx(host.loss).epsilon(1e-12));
+  for (double loss : gpu.rank_losses) CHECK(loss == gpu.loss);  // one member-order sum, the same everywhere
   REQUIRE_FALSE(gpu.replica_gradients.empty());
   for (std::size_t r = 0; r < gpu.replica_gradients.size(); ++r) {
     INFO("replica " << r);
@@ -77,6 +78,7 @@ TEST_CASE("the executor runs a pipeline over the stage streams of one GPU and ma
                     << " microbatches, " << s.replicas << " replicas");
     const auto gpu = test::run_affine_on_streams(s.schedule, s.ranks, s.chunks, s.microbatches, s.replicas);
     CHECK(gpu.replica_gradients.size() == s.replicas);
+    CHECK(gpu.rank_losses.size() == s.ranks * s.replicas);
     check_against_host(gpu, test::run_affine_on_host(s.ranks * s.chunks, s.microbatches * s.replicas));
   }
 }

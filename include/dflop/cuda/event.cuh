@@ -36,7 +36,8 @@ inline shared_cuda_event record_event(cudaStream_t stream) {
 inline bool event_done(cudaEvent_t event) {
   const cudaError_t status = cudaEventQuery(event);
   if (status == cudaErrorNotReady) {
-    (void)cudaGetLastError();
+    // Clear "not ready" only: an earlier launch error must stay for its own check.
+    if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
     return false;
   }
   DFLOP_CUDA_TRY(status);

@@ -18,6 +18,19 @@
 //! The step's loss reduction (`all_reduce_value`) first waits, against the
 //! watchdog, for the rank's stream: the one place the host synchronizes.
 //!
+//! What stages must do: touch the executor's buffers (inputs, outputs, stashes,
+//! scratch) only in work ordered on `ctx.resource`; a side stream (an own cuBLAS
+//! handle's, say) must wait for an event on `ctx.resource` first and be waited for
+//! before the call returns. Zero gradients with `cudaMemsetAsync` on the compute
+//! stream, or synchronize after `cudaMemset` (the legacy stream does not order the
+//! non-blocking streams). All ranks of a world use one device.
+//!
+//! Limits: each rank has one copy stream, so the copies a rank matches run in the
+//! order they were matched (a copy that waits for a slow producer delays those
+//! behind it). After the watchdog fires on a device that is hung, freeing the
+//! executor's device memory (cudaFree) waits for the device: the thread does not
+//! return until the hung kernel does.
+//!
 //! Use it to run and check a multi-stage pipeline of CUDA stage functors without
 //! NCCL or several GPUs (NCCL refuses two ranks on one device), or to overlap
 //! stages of a small model on one large GPU.
@@ -87,9 +100,9 @@ void sum_into_every_part_on(cudaStream_t stream, std::span<void* const> parts, s
   T* sum = static_cast<T*>(parts[0]);
   for (std::size_t k = 1; k < parts.size(); ++k) {
     const T* values = static_cast<const T*>(parts[k]);
+    // Thrust reports a failed launch as thrust::system_error.
     thrust::transform(thrust::cuda::par_nosync.on(stream), sum, sum + count, values, sum, add_elements{});
   }
-  DFLOP_CUDA_TRY(cudaGetLastError());
   for (std::size_t k = 1; k < parts.size(); ++k)
     DFLOP_CUDA_TRY(cudaMemcpyAsync(parts[k], sum, count * sizeof(T), cudaMemcpyDeviceToDevice, stream));
 }
@@ -117,10 +130,14 @@ public:
   [[nodiscard]] int device() const noexcept { return streams_->device; }
 
   //! Where `stream` stands when the send or receive is posted.
-  void mark(request_state& state, cudaStream_t stream) { state.mark = detail::record_event(stream); }
+  void mark(request_state& state, cudaStream_t stream) {
+    use_device();
+    state.mark = detail::record_event(stream);
+  }
   //! Copies on this rank's copy stream once the sender's data is ready and the receiver's buffer free.
   void copy(const std::byte* from, std::byte* to, std::size_t bytes, request_state& sent, request_state& received) {
     if (bytes == 0) return;
+    use_device();
     const cudaStream_t stream = streams_->copy;
     DFLOP_CUDA_TRY(cudaStreamWaitEvent(stream, sent.mark.get(), 0));
     DFLOP_CUDA_TRY(cudaStreamWaitEvent(stream, received.mark.get(), 0));
@@ -139,6 +156,7 @@ public:
 
   //! Where the member's stream stands: its gradients are final after that.
   [[nodiscard]] std::shared_ptr<void> arrive(const gradient_buffer&, cudaStream_t stream) {
+    use_device();
     return detail::record_event(stream);
   }
   //! On this rank's copy stream, after every member's arrival: the member-order sum,
@@ -147,6 +165,7 @@ public:
                                              std::span<const std::shared_ptr<void>> arrivals,
                                              const gradient_buffer& like) {
     if (like.count == 0) return {};
+    use_device();
     const cudaStream_t stream = streams_->copy;
     for (const auto& arrival : arrivals)
       DFLOP_CUDA_TRY(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(arrival.get()), 0));
@@ -160,6 +179,7 @@ public:
   }
   //! Waits for the work issued on `stream`, polling against the watchdog.
   void settle(cudaStream_t stream, double seconds, int rank) const {
+    use_device();
     const auto issued = detail::record_event(stream);
     const auto start = std::chrono::steady_clock::now();
     for (unsigned spin = 0; !detail::event_done(issued.get()); ++spin) {
@@ -172,6 +192,7 @@ public:
 
   //! Device memory (cudaMalloc: pooled by the executor, so only in the first steps).
   [[nodiscard]] std::byte* allocate(std::size_t bytes) const {
+    use_device();
     void* pointer = nullptr;
     DFLOP_CUDA_TRY(cudaMalloc(&pointer, bytes));
     return static_cast<std::byte*>(pointer);
@@ -180,6 +201,10 @@ public:
   void deallocate(std::byte* pointer, std::size_t) const noexcept { (void)cudaFree(pointer); }
 
 private:
+  // Events, memory and Thrust's launches go to the calling thread's current device:
+  // make it the transport's, whatever thread calls (cheap when it already is).
+  void use_device() const { DFLOP_CUDA_TRY(cudaSetDevice(streams_->device)); }
+
   std::shared_ptr<detail::rank_streams> streams_;  // shared with the communicators split from this one
 };
 

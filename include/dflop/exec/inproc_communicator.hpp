@@ -66,6 +66,9 @@ struct inproc_collective {
   std::vector<void*> parts;                       //!< all-reduce: each member's buffer
   std::vector<std::shared_ptr<void>> arrivals;    //!< all-reduce: what each member's transport recorded
   std::shared_ptr<void> reduced;                  //!< all-reduce: what the sum's completion is (device: an event)
+  std::size_t count = 0;                          //!< all-reduce: elements per member (the first member's)
+  element_type type = element_type::float64;      //!< all-reduce: their type (the first member's)
+  std::string error;                              //!< all-reduce: why the members' parts disagree
   std::vector<std::pair<int, int>> colors;        //!< split: each member's (color, key)
   std::vector<std::tuple<int, std::vector<int>, int>> groups;  //!< split result per member: id, members, index
 };
@@ -206,14 +209,18 @@ public:
 
   //! Starts sending `data` to `peer`, after the work already issued on `resource`
   //! (copied when the receive is matched; keep it alive until the send finished).
-  request send(int peer, int tag, std::span<const std::byte> data, resource_type resource = {}) {
+  request send(int peer, int tag, std::span<const std::byte> data, resource_type resource) {
     return post(peer, tag, data.data(), nullptr, data.size(), true, resource);
   }
+  //! `send` after the work on this rank's own resource.
+  request send(int peer, int tag, std::span<const std::byte> data) { return send(peer, tag, data, resource()); }
   //! Starts receiving exactly `data.size()` bytes from `peer`, into memory that the
   //! work already issued on `resource` may still be using.
-  request receive(int peer, int tag, std::span<std::byte> data, resource_type resource = {}) {
+  request receive(int peer, int tag, std::span<std::byte> data, resource_type resource) {
     return post(peer, tag, nullptr, data.data(), data.size(), false, resource);
   }
+  //! `receive` into memory this rank's own resource may still be using.
+  request receive(int peer, int tag, std::span<std::byte> data) { return receive(peer, tag, data, resource()); }
   //! Whether the transfer finished.
   [[nodiscard]] bool test(request& r) {
     {
@@ -224,7 +231,7 @@ public:
   }
   //! Blocks until the transfer is matched, then orders `resource` after it (on the
   //! host: it has finished); throws on abort, watchdog or size mismatch.
-  void wait(request& r, resource_type resource = {}) {
+  void wait(request& r, resource_type resource) {
     // A short spin first: a peer usually answers within microseconds, and a
     // blocking wait costs a futex round trip on both sides.
     for (int spin = 0; spin < 200 && !r->done.load(std::memory_order_acquire); ++spin) std::this_thread::yield();
@@ -235,24 +242,29 @@ public:
     if (!r->error.empty()) throw error(r->error);
     transport_.order_after(*r, resource);
   }
+  //! `wait`, ordering this rank's own resource.
+  void wait(request& r) { wait(r, resource()); }
 
   //! Sums `buffer` over all ranks in place, in member order (so deterministic);
   //! `resource` is ordered after the sum.
-  void all_reduce_sum(const gradient_buffer& buffer, resource_type resource = {}) {
+  //! Throws `dflop::error` when members pass buffers of different sizes or types.
+  void all_reduce_sum(const gradient_buffer& buffer, resource_type resource) {
     if (size() == 1) return;
     auto arrival = transport_.arrive(buffer, resource);
-    const auto reduced = collective(buffer.data, std::move(arrival), [&](detail::inproc_collective& state) {
+    const auto reduced = collective(buffer, std::move(arrival), [&](detail::inproc_collective& state) {
       return transport_.reduce(state.parts, state.arrivals, buffer);
     });
     transport_.order_after_reduce(reduced, resource);
   }
+  //! `all_reduce_sum`, ordering this rank's own resource.
+  void all_reduce_sum(const gradient_buffer& buffer) { all_reduce_sum(buffer, resource()); }
 
   //! Sums one host value over all ranks (after the work issued on this rank's
   //! resource has finished: on a device, the step's one host wait).
   [[nodiscard]] double all_reduce_value(double value) {
     transport_.settle(resource(), world_->watchdog(), global());
     if (size() == 1) return value;
-    (void)collective(&value, {}, [](detail::inproc_collective& state) {
+    (void)collective(gradient_buffer::of(std::span<double>(&value, 1)), {}, [](detail::inproc_collective& state) {
       detail::sum_into_every_part<double>(state.parts, 1);
       return std::shared_ptr<void>{};
     });
@@ -310,27 +322,36 @@ private:
 
   // One collective over this communicator: each member deposits `part` (and what
   // its transport recorded on arrival); the last to arrive runs `reduce` over all
-  // of them while the others wait. Returns what `reduce` returned.
+  // of them while the others wait. Returns what `reduce` returned. Parts of
+  // different sizes or types fail on every member (nothing is summed).
   template <class Reduce>
-  std::shared_ptr<void> collective(void* part, std::shared_ptr<void> arrival, Reduce&& reduce) {
+  std::shared_ptr<void> collective(const gradient_buffer& part, std::shared_ptr<void> arrival, Reduce&& reduce) {
     std::unique_lock lock(world_->mutex_);
     const auto at = std::pair{id_, sequence_++};
     auto& state = world_->collectives_[at];
     if (state.parts.empty()) {
       state.parts.resize(members_.size());
       state.arrivals.resize(members_.size());
+      state.count = part.count;
+      state.type = part.type;
+    } else if (state.error.empty() && (part.count != state.count || part.type != state.type)) {
+      state.error = "all_reduce_sum: rank " + std::to_string(global()) + " passed " + std::to_string(part.count) +
+                    (part.type == element_type::float64 ? " doubles" : " floats") + ", another member " +
+                    std::to_string(state.count) + (state.type == element_type::float64 ? " doubles" : " floats");
     }
-    state.parts[static_cast<std::size_t>(index_)] = part;
+    state.parts[static_cast<std::size_t>(index_)] = part.data;
     state.arrivals[static_cast<std::size_t>(index_)] = std::move(arrival);
     if (++state.arrived == size()) {
-      state.reduced = reduce(state);
+      if (state.error.empty()) state.reduced = reduce(state);
       state.done = true;
       for (int member : members_) world_->wake(member);
     } else {
       world_->wait(lock, global(), [&] { return state.done; }, "an all-reduce");
     }
     auto reduced = state.reduced;
+    const std::string failed = state.error;
     if (++state.departed == size()) world_->collectives_.erase(at);
+    if (!failed.empty()) throw error(failed);
     return reduced;
   }
 
