@@ -57,6 +57,9 @@ void plan_case(benchmark::State& state, const std::string& mixture, const std::s
     state.counters["speedup_vs_" + baseline.method] = baseline.iteration_seconds / result.chosen.iteration_seconds;
   }
   state.counters["simulated"] = static_cast<double>(result.search.simulated);
+  state.counters["scan_s"] = result.search.scoring_seconds - result.search.finalist_seconds;
+  state.counters["finalists_s"] = result.search.finalist_seconds;
+  state.counters["baselines_s"] = result.search.baseline_seconds;
   state.counters["candidates"] = static_cast<double>(result.search.candidates);
 }
 

@@ -59,6 +59,7 @@ struct search_statistics {
   double seconds = 0;                 //!< wall time of `make_plan`, all of it
   double enumeration_seconds = 0;     //!< of which: sampling batches, enumerating and ranking candidates
   double scoring_seconds = 0;         //!< of which: simulating candidates and finalists (dflop's own search)
+  double finalist_seconds = 0;        //!< of `scoring_seconds`: scoring the finalists again with the configured order
   double baseline_seconds = 0;        //!< of which: choosing and scoring the baselines
 
   friend bool operator==(const search_statistics&, const search_statistics&) = default;
@@ -157,7 +158,8 @@ inline std::ostream& operator<<(std::ostream& out, const plan& result) {
       << " out of memory, " << result.search.bound_pruned << " pruned by bound, " << result.search.over_budget << " past the budget, " << result.search.simulated
       << " simulated, " << detail::format_fixed(result.search.seconds, 2) << " s (enumeration "
       << detail::format_fixed(result.search.enumeration_seconds, 2) << " s, scoring "
-      << detail::format_fixed(result.search.scoring_seconds, 2) << " s, baselines "
+      << detail::format_fixed(result.search.scoring_seconds, 2) << " s, of which finalists "
+      << detail::format_fixed(result.search.finalist_seconds, 2) << " s, baselines "
       << detail::format_fixed(result.search.baseline_seconds, 2) << " s)\n\n";
   print_comparison(out, result);
   return out;

@@ -76,6 +76,7 @@ namespace dflop {
                    {"seconds", result.search.seconds},
                    {"enumeration_seconds", result.search.enumeration_seconds},
                    {"scoring_seconds", result.search.scoring_seconds},
+                   {"finalist_seconds", result.search.finalist_seconds},
                    {"baseline_seconds", result.search.baseline_seconds}};
   return out;
 }

@@ -284,6 +284,7 @@ private:
       if (std::none_of(finalists.begin(), finalists.end(), [&](const scanned& f) { return f.config == config; }))
         finalists.push_back({0.0, config, 0.0});
     best.reset();
+    const auto finals_started = std::chrono::steady_clock::now();
     for (const scanned& finalist : finalists) {
       const plan_layout layout = scorer_.layout_of(finalist.config, scorer_.partitioner());
       detail::tail_samples tails;
@@ -295,6 +296,7 @@ private:
         tail_cache_ = std::move(tails);
       }
     }
+    statistics.finalist_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - finals_started).count();
     return best;
   }
 

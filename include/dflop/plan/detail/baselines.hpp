@@ -44,77 +44,147 @@ enum class baseline_method {
 
 //! Data-blind choices (both baselines), best first by the method's own model:
 //! even layer split, (m + S - 1) x slowest stage with mean-sample microbatches,
-//! keeping what its memory model accepts. The DFLOP reference's memory model
-//! ignores how many microbatches 1F1B keeps in flight.
+//! each candidate with its first memory variant the method's memory model
+//! accepts (savers only when it says the plan does not fit without them). The
+//! DFLOP reference's memory model ignores how many microbatches 1F1B keeps in
+//! flight.
+//!
+//! Lazy: a consumer reads a few choices of a million candidates, so `next()`
+//! orders the candidates by the estimate without savers (a lower bound: memory
+//! variants only add recomputation) and checks memory only for the candidates it
+//! reaches. The order is that of sorting every candidate's estimate stably
+//! (ties in candidate order), as if all had been checked.
 template <class Scorer>
-[[nodiscard]] std::vector<method_result> rank_by_mean(Scorer& scorer, std::span<const plan_candidate> candidates,
-                                                      baseline_method method) {
-  const bool reference = method == baseline_method::dflop_reference;
-  const int global_batch = scorer.options().global_batch;
-  const sample mean = scorer.mean_sample();
-  std::vector<method_result> ranked;
-  // Microbatches of k mean samples and their costs, per k (and TP): a million
-  // candidates share a few hundred sizes. Memory checks price the k samples as
-  // one sample holding their tokens (memory is linear in tokens: flash
-  // attention keeps no score matrix), so a check costs the same for any k.
-  std::map<std::size_t, std::vector<sample>> of_size;
-  const auto mean_microbatch = [&](std::size_t count) -> const std::vector<sample>& {
-    auto found = of_size.find(count);
-    if (found == of_size.end()) found = of_size.emplace(count, std::vector<sample>(count, mean)).first;
-    return found->second;
+class mean_ranking {
+public:
+  //! Ranks `candidates` (which must outlive the ranking) for `method`.
+  mean_ranking(Scorer& scorer, std::span<const plan_candidate> candidates, baseline_method method)
+      : scorer_(&scorer), candidates_(candidates), reference_(method == baseline_method::dflop_reference),
+        mean_(scorer.mean_sample()) {
+    queue_.reserve(candidates.size());
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      parallel_config fastest = candidates[i].config;
+      fastest.encoder.recompute = false;
+      fastest.llm.recompute = false;
+      queue_.push_back({estimate(fastest), static_cast<std::uint32_t>(i), false});
+    }
+    std::make_heap(queue_.begin(), queue_.end(), later);
+  }
+
+  //! The next choice, or nullopt when no candidate is left.
+  [[nodiscard]] std::optional<method_result> next() {
+    while (!queue_.empty()) {
+      std::pop_heap(queue_.begin(), queue_.end(), later);
+      const entry top = queue_.back();
+      queue_.pop_back();
+      if (top.resolved) return result_of(top);
+      auto variant = first_fitting_variant(candidates_[top.candidate]);
+      if (!variant) continue;
+      const entry resolved{estimate(*variant), top.candidate, true};
+      chosen_[top.candidate] = *variant;
+      // Still the least (its key did not grow): no other entry can come first.
+      if (resolved.estimate == top.estimate) return result_of(resolved);
+      queue_.push_back(resolved);
+      std::push_heap(queue_.begin(), queue_.end(), later);
+    }
+    return std::nullopt;
+  }
+
+private:
+  struct entry {
+    double estimate;          // exact when resolved, else a lower bound
+    std::uint32_t candidate;  // index into the candidates (breaks ties, as a stable sort would)
+    bool resolved;            // its memory variant was chosen
   };
-  std::map<std::size_t, sample> merged_of_size;
-  const auto merged_microbatch = [&](std::size_t count) -> std::span<const sample> {
-    auto found = merged_of_size.find(count);
-    if (found == merged_of_size.end()) {
+  // Heap order: the least (estimate, candidate) on top.
+  static bool later(const entry& a, const entry& b) noexcept {
+    return a.estimate != b.estimate ? a.estimate > b.estimate : a.candidate > b.candidate;
+  }
+
+  [[nodiscard]] std::size_t per_bin(const parallel_config& config) const {
+    return static_cast<std::size_t>(
+        std::max(1L, std::lround(static_cast<double>(scorer_->options().global_batch) / config.bins())));
+  }
+  [[nodiscard]] std::size_t per_encoder_part(const parallel_config& config) const {
+    return static_cast<std::size_t>(std::max(
+        1L, std::lround(static_cast<double>(scorer_->options().global_batch) / (config.encoder.dp * config.microbatches))));
+  }
+
+  // Microbatches of k mean samples, per k: a million candidates share a few hundred sizes.
+  const std::vector<sample>& mean_microbatch(std::size_t count) {
+    auto found = of_size_.find(count);
+    if (found == of_size_.end()) found = of_size_.emplace(count, std::vector<sample>(count, mean_)).first;
+    return found->second;
+  }
+  // Memory checks price k mean samples as one sample holding their tokens (memory
+  // is linear in tokens: flash attention keeps no score matrix), so a check costs
+  // the same for any k.
+  std::span<const sample> merged_microbatch(std::size_t count) {
+    auto found = merged_of_size_.find(count);
+    if (found == merged_of_size_.end()) {
       const auto k = static_cast<std::int64_t>(count);
-      sample merged{"mean x " + std::to_string(count), mean.kind, k * mean.encoder_items, k * mean.encoder_tokens,
-                    k * mean.llm_tokens};
-      found = merged_of_size.emplace(count, std::move(merged)).first;
+      sample merged{"mean x " + std::to_string(count), mean_.kind, k * mean_.encoder_items, k * mean_.encoder_tokens,
+                    k * mean_.llm_tokens};
+      found = merged_of_size_.emplace(count, std::move(merged)).first;
     }
     return {&found->second, 1};
-  };
-  std::map<std::tuple<module_kind, int, std::size_t>, module_cost> costs;
-  const auto cost_of = [&](module_kind kind, int tp, const std::vector<sample>& microbatch) -> const module_cost& {
-    const auto key = std::make_tuple(kind, tp, microbatch.size());
-    auto found = costs.find(key);
-    if (found == costs.end()) found = costs.emplace(key, scorer.cost().estimate_time(kind, tp, microbatch)).first;
-    return found->second;
-  };
-  for (const plan_candidate& c : candidates) {
-    const auto per_bin =
-        static_cast<std::size_t>(std::max(1L, std::lround(static_cast<double>(global_batch) / c.config.bins())));
-    const auto per_encoder_part = static_cast<std::size_t>(std::max(
-        1L, std::lround(static_cast<double>(global_batch) / (c.config.encoder.dp * c.config.microbatches))));
-    const std::vector<sample>& llm_microbatch = mean_microbatch(per_bin);
-    const std::vector<sample>& encoder_microbatch = mean_microbatch(per_encoder_part);
-    const microbatch_views mean_microbatches{merged_microbatch(per_bin), merged_microbatch(per_encoder_part)};
-    // Like a user of such a framework, the method turns on memory savers only
-    // when its memory rule says the configuration does not fit without them.
-    for (const parallel_config& config : scorer.memory_variants(c.config)) {
-      const double shortfall = reference ? scorer.reference_memory_shortfall(config, mean_microbatches)
-                                         : scorer.memory_shortfall(config, even_layers{}, mean_microbatches);
-      if (shortfall > 0) continue;
-      const module_cost& encoder = cost_of(module_kind::encoder, config.encoder.tp, encoder_microbatch);
-      const module_cost& llm = cost_of(module_kind::llm, config.llm.tp, llm_microbatch);
-      const module_plan encoder_plan = scorer.module_plan_of(module_kind::encoder, config.encoder, even_layers{});
-      const module_plan llm_plan = scorer.module_plan_of(module_kind::llm, config.llm, even_layers{});
-      double slowest = 0;
-      for (int s = 0; s < config.encoder.pp; ++s)
-        slowest = std::max(slowest, encoder.stage(encoder_plan.slice(s), config.encoder.recompute).total());
-      for (int s = 0; s < config.llm.pp; ++s)
-        slowest = std::max(slowest, llm.stage(llm_plan.slice(s), config.llm.recompute).total());
-      const double estimate = (config.microbatches + config.stages() - 1) * slowest;
-      ranked.push_back(method_result{reference ? "dflop_reference" : "data_blind", config, encoder_plan, llm_plan,
-                                     estimate, 0, true, 0, 0});
-      break;
-    }
   }
-  std::stable_sort(ranked.begin(), ranked.end(), [](const method_result& a, const method_result& b) {
-    return a.estimated_seconds < b.estimated_seconds;
-  });
-  return ranked;
-}
+
+  // The slowest stage of a module with even layers, `count` mean samples per
+  // microbatch: a function of a few integers, cached.
+  double slowest_stage(module_kind kind, const module_parallelism& degrees, std::size_t count) {
+    const auto key = std::make_tuple(kind, degrees.tp, degrees.pp, count, degrees.recompute);
+    auto found = slowest_.find(key);
+    if (found != slowest_.end()) return found->second;
+    const module_cost cost = scorer_->cost().estimate_time(kind, degrees.tp, mean_microbatch(count));
+    const module_plan plan = scorer_->module_plan_of(kind, degrees, even_layers{});
+    double slowest = 0;
+    for (int s = 0; s < degrees.pp; ++s) slowest = std::max(slowest, cost.stage(plan.slice(s), degrees.recompute).total());
+    return slowest_.emplace(key, slowest).first->second;
+  }
+
+  // (m + S - 1) x the slowest stage of either module.
+  double estimate(const parallel_config& config) {
+    const double slowest = std::max(slowest_stage(module_kind::encoder, config.encoder, per_encoder_part(config)),
+                                    slowest_stage(module_kind::llm, config.llm, per_bin(config)));
+    return (config.microbatches + config.stages() - 1) * slowest;
+  }
+
+  // The method's first memory variant of `c` that its memory rule accepts.
+  std::optional<parallel_config> first_fitting_variant(const plan_candidate& c) {
+    const microbatch_views mean_microbatches{merged_microbatch(per_bin(c.config)),
+                                             merged_microbatch(per_encoder_part(c.config))};
+    for (const parallel_config& config : scorer_->memory_variants(c.config)) {
+      const double shortfall = reference_ ? scorer_->reference_memory_shortfall(config, mean_microbatches)
+                                          : scorer_->memory_shortfall(config, even_layers{}, mean_microbatches);
+      if (shortfall <= 0) return config;
+    }
+    return std::nullopt;
+  }
+
+  method_result result_of(const entry& e) {
+    const parallel_config& config = chosen_.at(e.candidate);
+    return method_result{reference_ ? "dflop_reference" : "data_blind",
+                         config,
+                         scorer_->module_plan_of(module_kind::encoder, config.encoder, even_layers{}),
+                         scorer_->module_plan_of(module_kind::llm, config.llm, even_layers{}),
+                         e.estimate,
+                         0,
+                         true,
+                         0,
+                         0};
+  }
+
+  Scorer* scorer_;
+  std::span<const plan_candidate> candidates_;
+  bool reference_;
+  sample mean_;
+  std::vector<entry> queue_;                            // a heap by `later`
+  std::map<std::uint32_t, parallel_config> chosen_;     // resolved candidates' memory variants
+  std::map<std::size_t, std::vector<sample>> of_size_;  // mean microbatches by size
+  std::map<std::size_t, sample> merged_of_size_;        // merged mean microbatches by size
+  std::map<std::tuple<module_kind, int, int, std::size_t, bool>, double> slowest_;
+};
 
 //! `choice` (a baseline's configuration) scored as its method runs it: even
 //! layers, round-robin slots in arrival order, the method's packer.
@@ -145,8 +215,11 @@ template <class Scorer>
   std::size_t out_of_memory = 0;
   std::optional<method_result> with_savers;
   std::size_t attempts_before_savers = 0;
-  for (method_result& choice : rank_by_mean(scorer, candidates, method)) {
-    if (out_of_memory >= scorer.options().baseline_attempts) break;
+  mean_ranking<Scorer> ranking(scorer, candidates, method);
+  while (out_of_memory < scorer.options().baseline_attempts) {
+    auto next = ranking.next();
+    if (!next) break;
+    method_result& choice = *next;
     // Out of memory is known from the packing alone: no need to simulate it.
     const plan_layout layout = scorer.layout_of(choice.config, even_layers{});
     batch_options options = scorer.options().batch;
