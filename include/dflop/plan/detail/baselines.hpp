@@ -66,7 +66,7 @@ public:
       parallel_config fastest = candidates[i].config;
       fastest.encoder.recompute = false;
       fastest.llm.recompute = false;
-      queue_.push_back({estimate(fastest), static_cast<std::uint32_t>(i), false});
+      queue_.push_back({estimate(fastest), static_cast<std::uint32_t>(i), unresolved});
     }
     std::make_heap(queue_.begin(), queue_.end(), later);
   }
@@ -77,11 +77,11 @@ public:
       std::pop_heap(queue_.begin(), queue_.end(), later);
       const entry top = queue_.back();
       queue_.pop_back();
-      if (top.resolved) return result_of(top);
-      auto variant = first_fitting_variant(candidates_[top.candidate]);
-      if (!variant) continue;
-      const entry resolved{estimate(*variant), top.candidate, true};
-      chosen_[top.candidate] = *variant;
+      if (top.variant != unresolved) return result_of(top);
+      const auto variants = scorer_->memory_variants(candidates_[top.candidate].config);
+      const auto variant = first_fitting_variant(variants, candidates_[top.candidate].config);
+      if (variant == variants.size()) continue;
+      const entry resolved{estimate(variants[variant]), top.candidate, static_cast<std::uint8_t>(variant)};
       // Still the least (its key did not grow): no other entry can come first.
       if (resolved.estimate == top.estimate) return result_of(resolved);
       queue_.push_back(resolved);
@@ -91,10 +91,11 @@ public:
   }
 
 private:
+  static constexpr std::uint8_t unresolved = 0xff;
   struct entry {
     double estimate;          // exact when resolved, else a lower bound
     std::uint32_t candidate;  // index into the candidates (breaks ties, as a stable sort would)
-    bool resolved;            // its memory variant was chosen
+    std::uint8_t variant;     // index of its chosen memory variant, or `unresolved`
   };
   // Heap order: the least (estimate, candidate) on top.
   static bool later(const entry& a, const entry& b) noexcept {
@@ -150,20 +151,20 @@ private:
     return (config.microbatches + config.stages() - 1) * slowest;
   }
 
-  // The method's first memory variant of `c` that its memory rule accepts.
-  std::optional<parallel_config> first_fitting_variant(const plan_candidate& c) {
-    const microbatch_views mean_microbatches{merged_microbatch(per_bin(c.config)),
-                                             merged_microbatch(per_encoder_part(c.config))};
-    for (const parallel_config& config : scorer_->memory_variants(c.config)) {
-      const double shortfall = reference_ ? scorer_->reference_memory_shortfall(config, mean_microbatches)
-                                          : scorer_->memory_shortfall(config, even_layers{}, mean_microbatches);
-      if (shortfall <= 0) return config;
+  // Index of the first of `variants` (of `base`) that the method's memory rule
+  // accepts; `variants.size()` when none is.
+  std::size_t first_fitting_variant(const std::vector<parallel_config>& variants, const parallel_config& base) {
+    const microbatch_views mean_microbatches{merged_microbatch(per_bin(base)), merged_microbatch(per_encoder_part(base))};
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+      const double shortfall = reference_ ? scorer_->reference_memory_shortfall(variants[v], mean_microbatches)
+                                          : scorer_->memory_shortfall(variants[v], even_layers{}, mean_microbatches);
+      if (shortfall <= 0) return v;
     }
-    return std::nullopt;
+    return variants.size();
   }
 
   method_result result_of(const entry& e) {
-    const parallel_config& config = chosen_.at(e.candidate);
+    const parallel_config config = scorer_->memory_variants(candidates_[e.candidate].config)[e.variant];
     return method_result{reference_ ? "dflop_reference" : "data_blind",
                          config,
                          scorer_->module_plan_of(module_kind::encoder, config.encoder, even_layers{}),
@@ -180,7 +181,6 @@ private:
   bool reference_;
   sample mean_;
   std::vector<entry> queue_;                            // a heap by `later`
-  std::map<std::uint32_t, parallel_config> chosen_;     // resolved candidates' memory variants
   std::map<std::size_t, std::vector<sample>> of_size_;  // mean microbatches by size
   std::map<std::size_t, sample> merged_of_size_;        // merged mean microbatches by size
   std::map<std::tuple<module_kind, int, int, std::size_t, bool>, double> slowest_;
