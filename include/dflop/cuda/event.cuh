@@ -6,8 +6,12 @@
 
 #include <dflop/cuda/config.cuh>
 #include <dflop/cuda/error.cuh>
+#include <dflop/exec/failure.hpp>
 
+#include <chrono>
 #include <memory>
+#include <string>
+#include <thread>
 
 namespace dflop::detail {
 
@@ -42,6 +46,22 @@ inline bool event_done(cudaEvent_t event) {
   }
   DFLOP_CUDA_TRY(status);
   return true;
+}
+
+//! The host's wait for `event`: queries it (a short spin, then 50 us sleeps),
+//! calling `check()` between queries (an asynchronous error source such as
+//! NCCL's), and throws `watchdog_timeout` reading "rank R: watchdog: WHAT did not
+//! finish within S s" once `seconds` passed.
+template <class Check>
+void wait_for_event(cudaEvent_t event, double seconds, int rank, const char* what, Check&& check) {
+  const auto start = std::chrono::steady_clock::now();
+  for (unsigned spin = 0; !event_done(event); ++spin) {
+    if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    check();
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > seconds)
+      throw watchdog_timeout("rank " + std::to_string(rank) + ": watchdog: " + what + " did not finish within " +
+                             std::to_string(seconds) + " s");
+  }
 }
 
 }  // namespace dflop::detail

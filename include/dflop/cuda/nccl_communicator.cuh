@@ -19,7 +19,6 @@
 
 #include <nccl.h>
 
-#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <cstdio>
@@ -28,7 +27,6 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -179,16 +177,11 @@ public:
 
 private:
   void poll(request& r) {
-    const auto start = std::chrono::steady_clock::now();
-    for (unsigned spin = 0; !test(r); ++spin) {
-      if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    detail::wait_for_event(r.event.get(), watchdog_, rank_, "the step", [&] {
       ncclResult_t async = ncclSuccess;
       detail::nccl_check(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError", comm_);
       detail::nccl_check(async, "NCCL asynchronous error", comm_);
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > watchdog_)
-        throw watchdog_timeout("rank " + std::to_string(rank_) + ": watchdog: the step did not finish within " +
-                               std::to_string(watchdog_) + " s");
-    }
+    });
   }
 
   void swap(nccl_communicator& other) noexcept {

@@ -48,12 +48,10 @@
 #include <thrust/execution_policy.h>
 #include <thrust/transform.h>
 
-#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <span>
 #include <string>
-#include <thread>
 #include <utility>
 
 namespace dflop {
@@ -181,13 +179,7 @@ public:
   void settle(cudaStream_t stream, double seconds, int rank) const {
     use_device();
     const auto issued = detail::record_event(stream);
-    const auto start = std::chrono::steady_clock::now();
-    for (unsigned spin = 0; !detail::event_done(issued.get()); ++spin) {
-      if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > seconds)
-        throw watchdog_timeout("rank " + std::to_string(rank) + ": watchdog: the step's device work did not finish within " +
-                               std::to_string(seconds) + " s");
-    }
+    detail::wait_for_event(issued.get(), seconds, rank, "the step's device work", [] {});
   }
 
   //! Device memory (cudaMalloc: pooled by the executor, so only in the first steps).
