@@ -7,7 +7,7 @@
 
 #include <dflop/exec/handoff.hpp>
 #include "gradient_difference.hpp"
-#include "precise_sleep.hpp"
+#include <dflop/util/precise_sleep.hpp>
 
 #include <dflop/exec/microbatch_view.hpp>
 #include <dflop/exec/stage.hpp>

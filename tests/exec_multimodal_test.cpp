@@ -33,9 +33,9 @@ namespace {
 
 using toy_executor = multimodal_executor<inproc_communicator, test::toy_encoder_stage, test::toy_llm_stage>;
 
-toy_executor::stage_type make_stage(const multimodal_layout& layout, const multimodal_role& role) {
-  if (role.encoder) return test::toy_encoder_stage(role.position);
-  return test::toy_llm_stage(role.position, layout.positions(), layout.encoder.stages);
+toy_executor::stage_type make_stage(const world_layout& layout, const rank_role& role) {
+  if (role.encoder()) return test::toy_encoder_stage(role.position);
+  return test::toy_llm_stage(role.position, layout.positions(), layout.stages(module_kind::encoder));
 }
 
 // Lets a stage's TP math run over the executor's tensor group.
@@ -57,7 +57,7 @@ struct multimodal_run {
   bool replicas_agree = true;
 };
 
-multimodal_run run_multimodal(const multimodal_layout& layout, const pipeline_schedule& schedule,
+multimodal_run run_multimodal(const world_layout& layout, const pipeline_schedule& schedule,
                               const std::vector<test::batch_data>& batches, executor_options options = {}) {
   multimodal_run out;
   out.losses.resize(batches.size());
@@ -98,13 +98,13 @@ struct reference_run {
   std::vector<std::vector<double>> gradients;  // per position, last step
 };
 
-reference_run run_reference(const multimodal_layout& layout, const std::vector<test::batch_data>& batches,
+reference_run run_reference(const world_layout& layout, const std::vector<test::batch_data>& batches,
                             std::uint32_t m) {
   std::vector<test::toy_encoder_stage> encoder;
   std::vector<test::toy_llm_stage> llm;
-  for (std::uint32_t s = 0; s < layout.encoder.stages; ++s) encoder.emplace_back(s);
-  for (std::uint32_t s = 0; s < layout.llm.stages; ++s)
-    llm.emplace_back(layout.encoder.stages + s, layout.positions(), layout.encoder.stages);
+  for (std::uint32_t s = 0; s < layout.stages(module_kind::encoder); ++s) encoder.emplace_back(s);
+  for (std::uint32_t s = 0; s < layout.stages(module_kind::llm); ++s)
+    llm.emplace_back(layout.stages(module_kind::encoder) + s, layout.positions(), layout.stages(module_kind::encoder));
   reference_run out;
   for (const auto& batch : batches) {
     for (auto& s : encoder) std::ranges::fill(s.gradients(), 0.0);
@@ -122,13 +122,13 @@ double relative_difference(const std::vector<double>& got, const std::vector<dou
   return scale > 0 ? diff / scale : diff;
 }
 
-std::size_t expected(const test::batch_data& data, const multimodal_layout& layout, std::uint32_t m) {
-  return test::expected_messages(data, m, layout.encoder.stages, layout.encoder.replicas, layout.encoder.tp,
-                                 layout.llm.stages, layout.llm.replicas, layout.llm.tp);
+std::size_t expected(const test::batch_data& data, const world_layout& layout, std::uint32_t m) {
+  return test::expected_messages(data, m, layout.stages(module_kind::encoder), layout.replicas(module_kind::encoder), layout.tp(module_kind::encoder),
+                                 layout.stages(module_kind::llm), layout.replicas(module_kind::llm), layout.tp(module_kind::llm));
 }
 
 void check_messages(const multimodal_run& run, const std::vector<test::batch_data>& batches,
-                    const multimodal_layout& layout, std::uint32_t m) {
+                    const world_layout& layout, std::uint32_t m) {
   for (std::size_t step = 0; step < batches.size(); ++step) {
     std::size_t sent = 0;
     std::size_t received = 0;
@@ -142,7 +142,7 @@ void check_messages(const multimodal_run& run, const std::vector<test::batch_dat
   }
 }
 
-void compare(const multimodal_layout& layout, const pipeline_schedule& schedule,
+void compare(const world_layout& layout, const pipeline_schedule& schedule,
              const std::vector<test::batch_data>& batches, double tolerance) {
   const std::uint32_t m = schedule.microbatches;
   const auto reference = run_reference(layout, batches, m);
@@ -167,11 +167,12 @@ std::vector<pipeline_schedule> schedules(std::uint32_t positions, std::uint32_t 
   return {gpipe{}.make({positions, m}), one_f_one_b{}.make({positions, m}), zero_bubble_h1{}.make({positions, m})};
 }
 
-std::string describe(const multimodal_layout& layout) {
-  const auto module = [](const module_layout& l) {
-    return std::to_string(l.replicas) + "x" + std::to_string(l.stages) + " tp" + std::to_string(l.tp);
+std::string describe(const world_layout& layout) {
+  const auto module = [&](module_kind kind) {
+    return std::to_string(layout.replicas(kind)) + "x" + std::to_string(layout.stages(kind)) + " tp" +
+           std::to_string(layout.tp(kind));
   };
-  return "encoder " + module(layout.encoder) + ", llm " + module(layout.llm);
+  return "encoder " + module(module_kind::encoder) + ", llm " + module(module_kind::llm);
 }
 
 }  // namespace
@@ -180,21 +181,6 @@ TEST_CASE("toy multimodal stages model the stage concept", "[exec][multimodal]")
   STATIC_REQUIRE(pipeline_stage<test::toy_encoder_stage>);
   STATIC_REQUIRE(pipeline_stage<test::toy_llm_stage>);
   STATIC_REQUIRE(has_weight_pass<test::toy_llm_stage>);
-}
-
-TEST_CASE("multimodal layout: ranks, roles and the simulator's numbering", "[exec][multimodal]") {
-  const multimodal_layout layout{{2, 3, 1}, {2, 2, 2}};
-  CHECK(layout.positions() == 4);
-  CHECK(layout.world_size() == 6 + 8);
-  for (int rank = 0; rank < layout.world_size(); ++rank) {
-    const auto role = layout.role(rank);
-    CHECK(layout.rank_of(role.encoder, role.stage, role.replica, role.tp_rank) == rank);
-    CHECK(role.position == (role.encoder ? role.stage : 2 + role.stage));
-  }
-  // Encoder rank = stage * replicas + replica, as multimodal_costs::encoder_rank.
-  CHECK(layout.role(4) == multimodal_role{true, 1, 1, 1, 0});
-  CHECK(layout.role(6 + 5) == multimodal_role{false, 1, 3, 0, 1});
-  CHECK_THROWS_AS((multimodal_layout{{1, 1, 1}, {0, 1, 1}}.check()), error);
 }
 
 TEST_CASE("handoff_plan: one message range per replica pair, LLM order kept with one encoder replica",
@@ -255,8 +241,8 @@ TEST_CASE("handoff_plan rejects inconsistent lists", "[exec][multimodal]") {
 
 TEST_CASE("one replica and one TP rank everywhere equal the multimodal reference bit for bit", "[exec][multimodal]") {
   const std::uint32_t m = 4;
-  for (const multimodal_layout layout : {multimodal_layout{{1, 1, 1}, {2, 1, 1}}, multimodal_layout{{2, 1, 1}, {1, 1, 1}},
-                                         multimodal_layout{{1, 1, 1}, {1, 1, 1}}})
+  for (const world_layout layout : {world_layout({1, 1, 1}, {1, 2, 1}), world_layout({1, 2, 1}, {1, 1, 1}),
+                                         world_layout({1, 1, 1}, {1, 1, 1})})
     for (const auto& schedule : schedules(layout.positions(), m)) {
       INFO(describe(layout) << ", " << schedule.name);
       compare(layout, schedule, {test::make_batch(22, 7, m, 1, 1)}, 0.0);
@@ -265,17 +251,17 @@ TEST_CASE("one replica and one TP rank everywhere equal the multimodal reference
 
 TEST_CASE("encoder and LLM data-parallel degrees differ: within 1e-12 of the reference", "[exec][multimodal]") {
   const std::uint32_t m = 4;
-  for (const multimodal_layout layout : {multimodal_layout{{1, 2, 1}, {2, 1, 1}}, multimodal_layout{{2, 1, 1}, {1, 2, 1}},
-                                         multimodal_layout{{1, 3, 1}, {1, 2, 1}}})
+  for (const world_layout layout : {world_layout({1, 1, 2}, {1, 2, 1}), world_layout({1, 2, 1}, {1, 1, 2}),
+                                         world_layout({1, 1, 3}, {1, 1, 2})})
     for (const auto& schedule : {one_f_one_b{}.make({layout.positions(), m}), zero_bubble_h1{}.make({layout.positions(), m})}) {
       INFO(describe(layout) << ", " << schedule.name);
-      compare(layout, schedule, {test::make_batch(40, 11, m, layout.encoder.replicas, layout.llm.replicas)}, 1e-12);
+      compare(layout, schedule, {test::make_batch(40, 11, m, layout.replicas(module_kind::encoder), layout.replicas(module_kind::llm))}, 1e-12);
     }
 }
 
 TEST_CASE("a slot order runs each schedule microbatch on its slot", "[exec][multimodal]") {
   const std::uint32_t m = 4;
-  const multimodal_layout layout{{1, 2, 1}, {2, 1, 1}};
+  const world_layout layout({1, 1, 2}, {1, 2, 1});
   auto data = test::make_batch(30, 13, m, 2, 1);
   data.order = {2, 0, 3, 1};
   compare(layout, one_f_one_b{}.make({3, m}), {data}, 1e-12);
@@ -284,16 +270,16 @@ TEST_CASE("a slot order runs each schedule microbatch on its slot", "[exec][mult
 TEST_CASE("tensor-parallel stages: one hand-off per replica pair, then a broadcast in the TP group",
           "[exec][multimodal]") {
   const std::uint32_t m = 4;
-  for (const multimodal_layout layout : {multimodal_layout{{1, 2, 2}, {2, 1, 2}}, multimodal_layout{{1, 1, 1}, {1, 2, 2}}}) {
+  for (const world_layout layout : {world_layout({2, 1, 2}, {2, 2, 1}), world_layout({1, 1, 1}, {2, 1, 2})}) {
     INFO(describe(layout));
     compare(layout, one_f_one_b{}.make({layout.positions(), m}),
-            {test::make_batch(24, 17, m, layout.encoder.replicas, layout.llm.replicas)}, 1e-12);
+            {test::make_batch(24, 17, m, layout.replicas(module_kind::encoder), layout.replicas(module_kind::llm))}, 1e-12);
   }
 }
 
 TEST_CASE("shapes vary from step to step without a handshake", "[exec][multimodal]") {
   const std::uint32_t m = 3;
-  const multimodal_layout layout{{1, 2, 1}, {2, 1, 1}};
+  const world_layout layout({1, 1, 2}, {1, 2, 1});
   std::vector<test::batch_data> batches{test::make_batch(18, 1, m, 2, 1), test::make_batch(33, 2, m, 2, 1),
                                         test::make_batch(9, 3, m, 2, 1)};
   compare(layout, one_f_one_b{}.make({3, m}), batches, 1e-12);
@@ -301,7 +287,7 @@ TEST_CASE("shapes vary from step to step without a handshake", "[exec][multimoda
 
 TEST_CASE("a stage that throws on any rank of either module stops every rank", "[exec][multimodal]") {
   const std::uint32_t m = 4;
-  const multimodal_layout layout{{1, 2, 1}, {2, 1, 1}};
+  const world_layout layout({1, 1, 2}, {1, 2, 1});
   const auto data = test::make_batch(20, 9, m, 2, 1);
   const auto schedule = one_f_one_b{}.make({3, m});
   for (std::uint32_t bad = 0; bad < 3; ++bad)
@@ -338,7 +324,7 @@ struct headed_encoder_stage : test::toy_encoder_stage {
 
 TEST_CASE("multimodal misuse is reported in words", "[exec][multimodal]") {
   const std::uint32_t m = 2;
-  const multimodal_layout layout{{1, 1, 1}, {1, 1, 1}};
+  const world_layout layout({1, 1, 1}, {1, 1, 1});
   const auto data = test::make_batch(8, 4, m, 1, 1);
   // The world must have the layout's ranks.
   CHECK_THROWS_WITH(run_inproc(3, [&](inproc_communicator& comm) {
@@ -358,7 +344,7 @@ TEST_CASE("multimodal misuse is reported in words", "[exec][multimodal]") {
                                [&](inproc_communicator& comm) {
                                  const auto role = layout.role(comm.rank());
                                  headed_executor::stage_type stage = headed_encoder_stage(0);
-                                 if (!role.encoder) stage = test::toy_llm_stage(1, 2, 1);
+                                 if (!role.encoder()) stage = test::toy_llm_stage(1, 2, 1);
                                  headed_executor run(comm, layout, std::move(stage), {.watchdog_seconds = 2});
                                  (void)run.step(one_f_one_b{}.make({2, m}), data.view());
                                },
@@ -386,7 +372,7 @@ void check_op_times(const step_result& result, const Ops& ops) {
 
 TEST_CASE("both executors record per-op times when asked, and only then", "[exec][multimodal]") {
   const std::uint32_t m = 4;
-  const multimodal_layout layout{{1, 2, 1}, {2, 1, 1}};
+  const world_layout layout({1, 1, 2}, {1, 2, 1});
   const auto data = test::make_batch(20, 9, m, 2, 1);
   const auto schedule = zero_bubble_h1{}.make({3, m});
   for (bool record : {false, true}) {

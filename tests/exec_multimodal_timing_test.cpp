@@ -21,22 +21,22 @@ using namespace dflop;
 TEST_CASE("executed multimodal iteration time matches the simulator's prediction", "[exec][multimodal][timing]") {
   const std::uint32_t m = 6;
   struct run_case {
-    multimodal_layout layout;
+    world_layout layout;
     pipeline_schedule schedule;
   };
   // Different data-parallel degrees on each side of the hand-off.
-  const std::vector<run_case> cases{{{{1, 2, 1}, {2, 1, 1}}, one_f_one_b{}.make({3, m})},
-                                    {{{1, 2, 1}, {2, 1, 1}}, zero_bubble_h1{}.make({3, m})},
-                                    {{{2, 1, 1}, {1, 2, 1}}, one_f_one_b{}.make({3, m})}};
+  const std::vector<run_case> cases{{world_layout({1, 1, 2}, {1, 2, 1}), one_f_one_b{}.make({3, m})},
+                                    {world_layout({1, 1, 2}, {1, 2, 1}), zero_bubble_h1{}.make({3, m})},
+                                    {world_layout({1, 2, 1}, {1, 1, 2}), one_f_one_b{}.make({3, m})}};
   for (const auto& c : cases) {
     const auto& layout = c.layout;
-    INFO(c.schedule.name << ", encoder " << layout.encoder.replicas << "x" << layout.encoder.stages << ", llm "
-                         << layout.llm.replicas << "x" << layout.llm.stages);
-    const auto data = test::make_batch(36, 23, m, layout.encoder.replicas, layout.llm.replicas);
+    INFO(c.schedule.name << ", encoder " << layout.replicas(module_kind::encoder) << "x" << layout.stages(module_kind::encoder) << ", llm "
+                         << layout.replicas(module_kind::llm) << "x" << layout.stages(module_kind::llm));
+    const auto data = test::make_batch(36, 23, m, layout.replicas(module_kind::encoder), layout.replicas(module_kind::llm));
     // 5 ms forwards, so an iteration is a few hundred milliseconds: thread wake-ups
     // (up to ~0.3 ms on small VMs) stay a few percent of it.
-    const auto costs = test::sleep_costs(data, m, layout.encoder.stages, layout.encoder.replicas, layout.llm.stages,
-                                         layout.llm.replicas, 5e-3, c.schedule.split_backward);
+    const auto costs = test::sleep_costs(data, m, layout.stages(module_kind::encoder), layout.replicas(module_kind::encoder), layout.stages(module_kind::llm),
+                                         layout.replicas(module_kind::llm), 5e-3, c.schedule.split_backward);
     const double predicted = simulate(c.schedule, costs).makespan;
     const int steps = 4;  // the first warms up the buffer pool and is not measured
     // A load spike on a shared machine only lengthens sleeps: a median outside
@@ -49,7 +49,7 @@ TEST_CASE("executed multimodal iteration time matches the simulator's prediction
       run_inproc(layout.world_size(), [&](inproc_communicator& comm) {
         const auto role = layout.role(comm.rank());
         multimodal_executor<inproc_communicator, test::sleep_module_stage> run(
-            comm, layout, test::sleep_module_stage(&costs, role.encoder, role.stage), {.watchdog_seconds = 10});
+            comm, layout, test::sleep_module_stage(&costs, role.encoder(), role.stage), {.watchdog_seconds = 10});
         for (int step = 0; step < steps; ++step) {
           const double seconds = run.step(c.schedule, data.view()).seconds;
           std::lock_guard lock(mutex);

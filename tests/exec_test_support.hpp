@@ -4,7 +4,7 @@
 #pragma once
 
 #include "gradient_difference.hpp"
-#include "precise_sleep.hpp"
+#include <dflop/util/precise_sleep.hpp>
 
 #include <dflop/exec/microbatch_view.hpp>
 #include <dflop/exec/stage.hpp>

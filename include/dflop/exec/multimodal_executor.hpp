@@ -2,7 +2,8 @@
 //! \file
 //! The multimodal executor: one iteration of an encoder + LLM model exactly as
 //! `multimodal_simulator` models it. Encoder stages then LLM stages form one
-//! one-chunk pipeline of `encoder.stages + llm.stages` positions; every rank of
+//! one-chunk pipeline of `encoder.pp + llm.pp` positions (ranks placed as
+//! `world_layout` says, the plan's GPU numbering); every rank of
 //! position p runs `schedule.rank_ops[p]`. Each module has its own data-parallel
 //! degree and tensor-parallel group size.
 //!
@@ -35,6 +36,7 @@
 #include <dflop/exec/microbatch_view.hpp>
 #include <dflop/exec/stage.hpp>
 #include <dflop/exec/step_result.hpp>
+#include <dflop/plan/world_layout.hpp>
 #include <dflop/schedule/op.hpp>
 #include <dflop/schedule/validate.hpp>
 
@@ -47,73 +49,6 @@
 #include <vector>
 
 namespace dflop {
-
-//! One module's share of the world: pipeline stages, data-parallel replicas and
-//! tensor-parallel ranks per stage (a planner's `{pp, dp, tp}`).
-struct module_layout {
-  std::uint32_t stages = 0;    //!< pipeline stages (0: no such module)
-  std::uint32_t replicas = 1;  //!< data-parallel replicas
-  std::uint32_t tp = 1;        //!< tensor-parallel ranks per stage (all run the same ops)
-
-  //! World ranks the module occupies.
-  [[nodiscard]] std::uint32_t ranks() const noexcept { return stages * replicas * tp; }
-
-  friend bool operator==(const module_layout&, const module_layout&) = default;
-};
-
-//! Where one world rank sits.
-struct multimodal_role {
-  bool encoder = false;        //!< an encoder rank (else an LLM rank)
-  std::uint32_t stage = 0;     //!< stage within its module
-  std::uint32_t position = 0;  //!< pipeline position (schedule rank): encoder stages first
-  std::uint32_t replica = 0;   //!< data-parallel replica within its module
-  std::uint32_t tp_rank = 0;   //!< rank within its stage's tensor-parallel group
-
-  friend bool operator==(const multimodal_role&, const multimodal_role&) = default;
-};
-
-//! The world of a multimodal run: encoder ranks first, then LLM ranks; within a
-//! module, rank `(stage * replicas + replica) * tp + tp_rank`. With tp = 1 these
-//! are the simulator's ranks (`multimodal_costs::encoder_rank`, `llm_rank`).
-struct multimodal_layout {
-  module_layout encoder;  //!< the modality encoder (0 stages: none)
-  module_layout llm;      //!< the LLM (at least one stage)
-
-  //! Pipeline positions: encoder stages + LLM stages.
-  [[nodiscard]] std::uint32_t positions() const noexcept { return encoder.stages + llm.stages; }
-  //! Ranks the world needs.
-  [[nodiscard]] int world_size() const noexcept { return static_cast<int>(encoder.ranks() + llm.ranks()); }
-  //! World rank of (module, stage within it, replica, TP rank).
-  [[nodiscard]] int rank_of(bool in_encoder, std::uint32_t stage, std::uint32_t replica,
-                            std::uint32_t tp_rank) const noexcept {
-    const module_layout& module = in_encoder ? encoder : llm;
-    const std::uint32_t first = in_encoder ? 0 : encoder.ranks();
-    return static_cast<int>(first + (stage * module.replicas + replica) * module.tp + tp_rank);
-  }
-  //! What world rank `rank` runs.
-  [[nodiscard]] multimodal_role role(int rank) const noexcept {
-    auto local = static_cast<std::uint32_t>(rank);
-    const bool in_encoder = local < encoder.ranks();
-    if (!in_encoder) local -= encoder.ranks();
-    const module_layout& module = in_encoder ? encoder : llm;
-    multimodal_role role;
-    role.encoder = in_encoder;
-    role.tp_rank = local % module.tp;
-    role.replica = local / module.tp % module.replicas;
-    role.stage = local / module.tp / module.replicas;
-    role.position = in_encoder ? role.stage : encoder.stages + role.stage;
-    return role;
-  }
-  //! Throws `dflop::error` unless the LLM has a stage and every degree is at least one.
-  void check() const {
-    if (llm.stages == 0) throw error("multimodal_layout: the LLM needs at least one stage");
-    for (const module_layout* module : {&encoder, &llm})
-      if (module->stages > 0 && (module->replicas == 0 || module->tp == 0))
-        throw error("multimodal_layout: a module with stages needs at least one replica and one TP rank");
-  }
-
-  friend bool operator==(const multimodal_layout&, const multimodal_layout&) = default;
-};
 
 //! Runs multimodal schedules: one rank's stage (an encoder or LLM stage type out
 //! of `Stages...`) over `Communicator`. All ranks construct theirs together
@@ -131,24 +66,22 @@ public:
 
   //! The executor of world rank `world.rank()` in `layout`, running `stage` (the
   //! stage `layout.role(world.rank())` names). `world` must outlive the executor.
-  multimodal_executor(Communicator& world, const multimodal_layout& layout, stage_type stage,
-                      executor_options options = {})
+  //! Throws `dflop::error` when the world's size is not the layout's.
+  multimodal_executor(Communicator& world, const world_layout& layout, stage_type stage, executor_options options = {})
       : world_(&world), layout_(layout), options_(options), stage_(std::move(stage)), pool_(world), sends_(pool_) {
-    layout.check();
     if (world.size() != layout.world_size())
       throw error("multimodal_executor: the layout needs " + std::to_string(layout.world_size()) +
                   " ranks, the world has " + std::to_string(world.size()));
     role_ = layout.role(world.rank());
-    const module_layout& module = role_.encoder ? layout.encoder : layout.llm;
-    tp_ = module.tp;
-    encoder_stages_ = layout.encoder.stages;
+    tp_ = layout.tp(role_.module);
+    encoder_stages_ = layout.stages(module_kind::encoder);
     positions_ = layout.positions();
-    encoders_ = encoder_stages_ > 0 ? layout.encoder.replicas : 0;
-    llms_ = layout.llm.replicas;
+    encoders_ = layout.replicas(module_kind::encoder);
+    llms_ = layout.replicas(module_kind::llm);
     world.set_watchdog(options.watchdog_seconds);
-    data_parallel_.emplace(world.split(layout.rank_of(role_.encoder, role_.stage, 0, role_.tp_rank),
+    data_parallel_.emplace(world.split(layout.rank_of(role_.module, role_.stage, 0, role_.tp_rank),
                                        static_cast<int>(role_.replica)));
-    tensor_parallel_.emplace(world.split(layout.rank_of(role_.encoder, role_.stage, role_.replica, 0),
+    tensor_parallel_.emplace(world.split(layout.rank_of(role_.module, role_.stage, role_.replica, 0),
                                          static_cast<int>(role_.tp_rank)));
   }
 
@@ -165,9 +98,9 @@ public:
   //! The rank's stage: parameters and gradients live there.
   [[nodiscard]] stage_type& stage() noexcept { return stage_; }
   //! What this rank runs.
-  [[nodiscard]] const multimodal_role& role() const noexcept { return role_; }
+  [[nodiscard]] const rank_role& role() const noexcept { return role_; }
   //! The world's layout.
-  [[nodiscard]] const multimodal_layout& layout() const noexcept { return layout_; }
+  [[nodiscard]] const world_layout& layout() const noexcept { return layout_; }
   //! The ranks of this rank's (module, stage, replica), ordered by TP rank: what a
   //! stage's own tensor-parallel collectives run over.
   [[nodiscard]] Communicator& tensor_group() noexcept { return *tensor_parallel_; }
@@ -185,11 +118,10 @@ private:
     bool feeds = false;
   };
 
-  [[nodiscard]] bool llm_first() const noexcept { return !role_.encoder && role_.stage == 0 && encoder_stages_ > 0; }
-  [[nodiscard]] bool encoder_last() const noexcept { return role_.encoder && role_.stage + 1 == encoder_stages_; }
+  [[nodiscard]] bool llm_first() const noexcept { return !role_.encoder() && role_.stage == 0 && encoder_stages_ > 0; }
+  [[nodiscard]] bool encoder_last() const noexcept { return role_.encoder() && role_.stage + 1 == encoder_stages_; }
   [[nodiscard]] int rank_at(std::uint32_t position, std::uint32_t replica, std::uint32_t tp_rank) const noexcept {
-    const bool in_encoder = position < encoder_stages_;
-    return layout_.rank_of(in_encoder, in_encoder ? position : position - encoder_stages_, replica, tp_rank);
+    return layout_.rank_at(position, replica, tp_rank);
   }
   // Tags: activations and gradients between stages of a module, then hand-offs
   // per (direction, microbatch, encoder replica, LLM replica), then TP broadcasts.
@@ -206,7 +138,7 @@ private:
   }
   [[nodiscard]] std::span<const std::uint32_t> samples_of(std::uint32_t j, const multimodal_batch& batch) const {
     const std::uint32_t k = batch.slot(j);
-    return role_.encoder ? plan_.encoder_samples(role_.replica, k) : plan_.llm_samples(role_.replica, k);
+    return role_.encoder() ? plan_.encoder_samples(role_.replica, k) : plan_.llm_samples(role_.replica, k);
   }
   template <class F>
   decltype(auto) with(F&& f) {
@@ -251,16 +183,16 @@ private:
       const auto samples = samples_of(j, batch);
       const microbatch_view mb(batch.samples, samples);
       sample_offsets(batch.samples, samples,
-                     [&](const microbatch_view& one) { return role_.encoder ? output_bytes(one) : input_bytes(one); },
+                     [&](const microbatch_view& one) { return role_.encoder() ? output_bytes(one) : input_bytes(one); },
                      offsets_);
-      const std::size_t whole = role_.encoder ? output_bytes(mb) : input_bytes(mb);
+      const std::size_t whole = role_.encoder() ? output_bytes(mb) : input_bytes(mb);
       if (offsets_.back() != whole)
         throw error(std::string("multimodal_executor: the ") +
-                    (role_.encoder ? "encoder's last stage output_bytes" : "LLM's first stage input_bytes") + " is " +
+                    (role_.encoder() ? "encoder's last stage output_bytes" : "LLM's first stage input_bytes") + " is " +
                     std::to_string(whole) + " for microbatch " + std::to_string(j) +
                     ", not the sum over its samples (" + std::to_string(offsets_.back()) +
                     "): the hand-off moves rows per sample");
-      if (!role_.encoder) {
+      if (!role_.encoder()) {
         const auto sources = plan_.llm_sources(q, k);
         for (std::size_t p = 0; p < samples.size(); ++p)
           if (sources[p] == handoff_plan::none && offsets_[p + 1] != offsets_[p])
@@ -268,11 +200,11 @@ private:
                         " has encoder input rows in the LLM but no encoder replica encodes it");
       }
       for (std::uint32_t peer = 0; peer < peers; ++peer) {
-        const auto range = role_.encoder ? plan_.encoder_range(q, peer, k) : plan_.llm_range(peer, q, k);
+        const auto range = role_.encoder() ? plan_.encoder_range(q, peer, k) : plan_.llm_range(peer, q, k);
         auto& h = handoff_[static_cast<std::size_t>(j) * peers + peer];
         h.offset = offsets_[range.first];
         h.bytes = offsets_[range.end] - offsets_[range.first];
-        h.feeds = role_.encoder ? plan_.feeds(q, peer, k) : plan_.feeds(peer, q, k);
+        h.feeds = role_.encoder() ? plan_.feeds(q, peer, k) : plan_.feeds(peer, q, k);
         if (h.feeds) any_feeds_[j] = 1;
       }
     }
@@ -446,14 +378,14 @@ private:
   }
 
   Communicator* world_;
-  multimodal_layout layout_;
+  world_layout layout_;
   executor_options options_;
   stage_type stage_;
   buffer_pool<Communicator> pool_;
   detail::send_queue<Communicator> sends_;
   std::optional<Communicator> data_parallel_;
   std::optional<Communicator> tensor_parallel_;
-  multimodal_role role_;
+  rank_role role_;
   std::uint32_t tp_ = 1;
   std::uint32_t encoder_stages_ = 0;
   std::uint32_t positions_ = 1;

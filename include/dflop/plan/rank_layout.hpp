@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 //! \file
 //! Where a plan's stages sit in the cluster, and so which link (NVLink inside a
-//! node, the network across nodes) each transfer and all-reduce uses. GPUs are
-//! numbered encoder first, then LLM; inside a module TP varies fastest, then
-//! the pipeline stage, then the data-parallel replica.
+//! node, the network across nodes) each transfer and all-reduce uses. GPU g is
+//! world rank g of the configuration's `world_layout`.
 #pragma once
 
 #include <dflop/model/gpu_spec.hpp>
 #include <dflop/model/module_kind.hpp>
 #include <dflop/plan/cluster.hpp>
 #include <dflop/plan/parallel_config.hpp>
+#include <dflop/plan/world_layout.hpp>
 #include <dflop/sim/costs.hpp>
 
 namespace dflop {
@@ -17,13 +17,14 @@ namespace dflop {
 //! Maps (module, replica, stage) to GPUs and nodes for one configuration.
 class rank_layout {
 public:
-  rank_layout(const parallel_config& config, const cluster_spec& cluster) : config_(config), cluster_(cluster) {}
+  rank_layout(const parallel_config& config, const cluster_spec& cluster) : world_(config), cluster_(cluster) {}
+
+  //! Who runs what: GPU g runs world rank g.
+  [[nodiscard]] const world_layout& world() const noexcept { return world_; }
 
   //! First GPU (TP rank 0) of a module's stage in a replica.
   [[nodiscard]] int first_gpu(module_kind kind, int replica, int stage) const noexcept {
-    const module_parallelism& degrees = kind == module_kind::encoder ? config_.encoder : config_.llm;
-    const int base = kind == module_kind::encoder ? 0 : config_.encoder.gpus();
-    return base + replica * degrees.pp * degrees.tp + stage * degrees.tp;
+    return world_.rank_of(kind, static_cast<std::uint32_t>(stage), static_cast<std::uint32_t>(replica), 0);
   }
 
   //! Node holding a GPU.
@@ -38,12 +39,11 @@ public:
   //! The link a module stage's gradient all-reduce runs over: the network as
   //! soon as its data-parallel group spans nodes.
   [[nodiscard]] link gradient_link(module_kind kind, int stage) const noexcept {
-    const module_parallelism& degrees = kind == module_kind::encoder ? config_.encoder : config_.llm;
-    return link_between(first_gpu(kind, 0, stage), first_gpu(kind, degrees.dp - 1, stage));
+    return link_between(first_gpu(kind, 0, stage), first_gpu(kind, world_.degrees(kind).dp - 1, stage));
   }
 
 private:
-  parallel_config config_;
+  world_layout world_;
   cluster_spec cluster_;
 };
 

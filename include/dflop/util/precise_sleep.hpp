@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Sleeping for an op's cost, accurately: the timing tests compare executed
-//! iterations with the simulator, and a plain sleep overshoots by the machine's
+//! \file
+//! Sleeping for an op's cost, accurately: emulated devices and the timing tests
+//! compare executed iterations with the simulator, and a plain sleep overshoots by the machine's
 //! timer granularity (measured from 50 to 300 microseconds per call on the VMs
 //! this runs on), which over a pipeline's critical path adds far more than the
 //! executor's own overhead. Spinning to the deadline is no cure: with four
@@ -13,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-namespace dflop::test {
+namespace dflop {
 
 //! The median overshoot of a 1 ms sleep on this machine (seconds), measured on first use.
 inline double sleep_overshoot() {
@@ -42,4 +43,4 @@ inline void sleep_precisely(double seconds) {
   while (clock::now() < deadline) std::this_thread::yield();
 }
 
-}  // namespace dflop::test
+}  // namespace dflop
