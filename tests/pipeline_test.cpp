@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "exec_multimodal_support.hpp"
 #include "plan_test_support.hpp"
 
 #include <dflop/cost/microbatch_shape.hpp>
@@ -61,9 +62,14 @@ TEST_CASE("the default pipeline composes the shipped policies", "[pipeline]") {
   STATIC_REQUIRE(std::is_same_v<default_pipeline::packer_type, dflop::refined_packer>);
   STATIC_REQUIRE(std::is_same_v<default_pipeline::partitioner_type, dflop::min_max_layers>);
   STATIC_REQUIRE(std::is_same_v<default_pipeline::schedule_type, dflop::one_f_one_b>);
-  struct some_stage {};
-  STATIC_REQUIRE(std::is_same_v<default_pipeline::executor<dflop::inproc_communicator, some_stage>,
-                                dflop::executor<dflop::inproc_communicator, some_stage>>);
+  // The runner runs the pipeline's own schedule policy over the multimodal executor.
+  using runner = default_pipeline::runner<dflop::inproc_communicator, dflop::test::toy_encoder_stage,
+                                          dflop::test::toy_llm_stage>;
+  STATIC_REQUIRE(std::is_same_v<runner, dflop::plan_runner<dflop::one_f_one_b, dflop::inproc_communicator,
+                                                           dflop::test::toy_encoder_stage, dflop::test::toy_llm_stage>>);
+  STATIC_REQUIRE(std::is_same_v<runner::executor_type,
+                                dflop::multimodal_executor<dflop::inproc_communicator, dflop::test::toy_encoder_stage,
+                                                           dflop::test::toy_llm_stage>>);
 
   const auto model = dflop::test::small_model();
   const auto cluster = dflop::test::small_cluster(8, 4);
@@ -107,4 +113,44 @@ TEST_CASE("a user-defined cost model and packer plug into the pipeline type", "[
   // Even layer split: the user's partitioner was used.
   const auto& llm = plan.chosen.llm;
   for (int s = 0; s + 1 < llm.degrees.pp; ++s) CHECK(llm.slice(s).layers >= llm.slice(s + 1).layers);
+}
+
+TEST_CASE("policies with settings are passed as values; baselines are scheduled as their methods run", "[pipeline]") {
+  using named_pipeline = dflop::pipeline<dflop::flops_cost_model, dflop::min_max_layers, dflop::refined_packer,
+                                         dflop::named_schedule>;
+  const auto model = dflop::test::small_model();
+  const auto cluster = dflop::test::small_cluster(8, 4);
+  const auto workload = dflop::test::small_workload();
+  auto options = quick_options();
+  options.baselines = true;
+  const named_pipeline::policies zero_bubble{.schedule = dflop::named_schedule("zb-h1")};
+  const auto plan = named_pipeline::make_plan(workload, model, cluster, options, zero_bubble);
+  CHECK(plan.schedule == "zb-h1");
+  const auto batch = dflop::sample_batch(workload, 32, dflop::batch_mode::without_replacement, 4);
+
+  // The default-constructed policy (1f1b) is not the plan's schedule: refused, not silently run.
+  CHECK_THROWS_WITH(named_pipeline::schedule_batch(plan, batch),
+                    Catch::Contains("made for schedule 'zb-h1'") && Catch::Contains("'1f1b'"));
+  const auto ours = named_pipeline::schedule_batch(plan, batch, 0, "dflop", zero_bubble);
+  CHECK(ours.config == plan.chosen.config);
+
+  for (const auto& baseline : plan.baselines) {
+    INFO(baseline.method);
+    const auto scheduled = named_pipeline::schedule_batch(plan, batch, 0, baseline.method, zero_bubble);
+    CHECK(scheduled.config == baseline.config);
+    // Arrival order, round-robin bins: slot k runs k-th.
+    for (std::size_t j = 0; j < scheduled.slot_order.size(); ++j) CHECK(scheduled.slot_order[j] == j);
+    if (baseline.method == "data_blind") {
+      // Sequential packing: each bin is a contiguous run of the batch, in order.
+      std::vector<std::uint32_t> concatenated;
+      const int m = scheduled.config.microbatches, dp = scheduled.config.llm.dp;
+      for (int bin = 0; bin < m * dp; ++bin) {
+        const auto& list = scheduled.llm_microbatch(bin % dp, bin / dp);
+        concatenated.insert(concatenated.end(), list.begin(), list.end());
+      }
+      CHECK(std::is_sorted(concatenated.begin(), concatenated.end()));
+    }
+  }
+  CHECK_THROWS_WITH(named_pipeline::schedule_batch(plan, batch, 0, "megatron", zero_bubble),
+                    Catch::Contains("no method 'megatron'"));
 }

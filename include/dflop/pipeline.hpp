@@ -5,7 +5,12 @@
 //!
 //!     using my_pipeline = dflop::pipeline<dflop::table_cost_model>;          // profiled costs
 //!     auto plan  = my_pipeline::make_plan(workload, model, cluster);          // once per run
-//!     auto batch = my_pipeline::schedule_batch(plan, samples);                // every iteration
+//!     my_pipeline::runner<dflop::mpi_communicator, vit_stage, llm_stage> run(plan, world, make_stage);
+//!     auto batch = my_pipeline::schedule_batch(plan, samples, step);          // every iteration
+//!     run.step(batch, samples);
+//!
+//! Policies with settings are passed as values (`policies{.schedule = ...}`);
+//! the defaults are default-constructed.
 //!
 //! Each parameter is checked against its concept with a message that says
 //! what the policy is missing.
@@ -15,11 +20,12 @@
 #include <dflop/cost/cost_model.hpp>
 #include <dflop/cost/flops_cost_model.hpp>
 #include <dflop/cost/memory_model.hpp>
-#include <dflop/exec/executor.hpp>
+#include <dflop/exec/plan_runner.hpp>
 #include <dflop/plan/batch_scheduler.hpp>
 #include <dflop/plan/layer_partitioner.hpp>
 #include <dflop/plan/pack/packer.hpp>
 #include <dflop/plan/pack/refined_packer.hpp>
+#include <dflop/plan/pack/sequential_packer.hpp>
 #include <dflop/plan/plan.hpp>
 #include <dflop/plan/plan_layout.hpp>
 #include <dflop/plan/planner.hpp>
@@ -28,6 +34,7 @@
 
 #include <concepts>
 #include <span>
+#include <string_view>
 
 namespace dflop {
 
@@ -61,49 +68,82 @@ struct pipeline {
   using memory_model_type = MemoryModel;   //!< counts bytes per stage
   //! The planner this pipeline composes.
   using planner_type = planner<CostModel, MemoryModel, Partitioner, Packer, Schedule>;
-  //! The executor that runs this pipeline's schedules over the user's stage functors
-  //! on `Communicator` (inproc_communicator, mpi_communicator, nccl_communicator).
-  template <class Communicator, class... Stages>
-  using executor = dflop::executor<Communicator, Stages...>;
+
+  //! The policy values, for policies with settings (e.g. `named_schedule("zb-h1")`).
+  struct policies {
+    Partitioner partitioner{};  //!< splits layers into stages
+    Packer packer{};            //!< packs batches into microbatches
+    Schedule schedule{};        //!< orders each rank's ops
+  };
+
+  //! Runs this pipeline's plans on `Communicator` (inproc_communicator,
+  //! mpi_communicator, nccl_communicator) over the user's stage types, with this
+  //! pipeline's Schedule policy (see plan_runner.hpp).
+  template <class Communicator, class EncoderStage, class LlmStage = EncoderStage>
+  using runner = plan_runner<Schedule, Communicator, EncoderStage, LlmStage>;
 
   //! Plans with cost and memory models built from the model and the GPU
   //! (`CostModel(model, gpu)`, `MemoryModel(model)`).
   [[nodiscard]] static plan make_plan(std::span<const sample> workload, const multimodal_spec& model,
-                                      const cluster_spec& cluster, planner_options options = {})
+                                      const cluster_spec& cluster, planner_options options = {},
+                                      const policies& with = {})
     requires std::constructible_from<CostModel, const multimodal_spec&, const gpu_spec&> &&
              std::constructible_from<MemoryModel, const multimodal_spec&>
   {
-    return make_plan(workload, model, cluster, CostModel(model, cluster.gpu), MemoryModel(model), std::move(options));
+    return make_plan(workload, model, cluster, CostModel(model, cluster.gpu), MemoryModel(model), std::move(options),
+                     with);
   }
 
   //! Plans with the given cost and memory model instances (profiled tables, fitted models...).
   [[nodiscard]] static plan make_plan(std::span<const sample> workload, const multimodal_spec& model,
                                       const cluster_spec& cluster, CostModel cost, MemoryModel memory,
-                                      planner_options options = {}) {
-    planner_type search(model, cluster, std::move(cost), std::move(memory), std::move(options));
+                                      planner_options options = {}, const policies& with = {}) {
+    planner_type search(model, cluster, std::move(cost), std::move(memory), std::move(options), with.partitioner,
+                        with.packer, with.schedule);
     return search.make_plan(workload);
   }
 
-  //! Packs, orders and prices one global batch for `chosen` (every iteration).
+  //! Packs, orders and prices one global batch for `chosen` (every iteration):
+  //! what `runner::step` runs. `method` picks the configuration: "dflop" (the
+  //! plan's choice, packed with this pipeline's Packer and the plan's batch
+  //! options), or a baseline run as that method runs it ("data_blind":
+  //! sequential packing; "dflop_reference": refined packing; both with
+  //! round-robin slots in arrival order). Throws `input_error` for a method the
+  //! plan does not hold or a `with.schedule` other than the plan's.
   [[nodiscard]] static batch_schedule schedule_batch(const plan& chosen, std::span<const sample> samples,
                                                      const CostModel& cost, const MemoryModel& memory,
-                                                     std::uint64_t seed = 0) {
-    const plan_layout layout =
-        make_plan_layout(chosen.chosen.config, chosen.chosen.encoder, chosen.chosen.llm, Schedule{});
+                                                     std::uint64_t seed = 0, std::string_view method = "dflop",
+                                                     const policies& with = {}) {
+    if (with.schedule.name() != chosen.schedule)
+      throw input_error("schedule", 0,
+                        "the plan was made for schedule '" + chosen.schedule + "', the pipeline's schedule policy is '" +
+                            std::string(with.schedule.name()) + "'");
+    const method_result& run = detail::method_of(chosen, method);
+    const plan_layout layout = make_plan_layout(run.config, run.encoder, run.llm, with.schedule);
     batch_options options = chosen.batch;
     options.seed = seed;
-    batch_scheduler<CostModel, MemoryModel, Packer> scheduler(chosen.model_spec, chosen.cluster, cost, memory);
-    return scheduler.schedule(layout, samples, options);
+    if (&run == &chosen.chosen) {
+      batch_scheduler<CostModel, MemoryModel, Packer> scheduler(chosen.model_spec, chosen.cluster, cost, memory,
+                                                                with.packer);
+      return scheduler.schedule(layout, samples, options);
+    }
+    options = as_baselines_run(options);
+    if (run.method == "data_blind")
+      return batch_scheduler<CostModel, MemoryModel, sequential_packer>(chosen.model_spec, chosen.cluster, cost, memory)
+          .schedule(layout, samples, options);
+    return batch_scheduler<CostModel, MemoryModel, refined_packer>(chosen.model_spec, chosen.cluster, cost, memory)
+        .schedule(layout, samples, options);
   }
 
   //! `schedule_batch` with cost and memory models built from the plan's model and GPU.
   [[nodiscard]] static batch_schedule schedule_batch(const plan& chosen, std::span<const sample> samples,
-                                                     std::uint64_t seed = 0)
+                                                     std::uint64_t seed = 0, std::string_view method = "dflop",
+                                                     const policies& with = {})
     requires std::constructible_from<CostModel, const multimodal_spec&, const gpu_spec&> &&
              std::constructible_from<MemoryModel, const multimodal_spec&>
   {
     return schedule_batch(chosen, samples, CostModel(chosen.model_spec, chosen.cluster.gpu),
-                          MemoryModel(chosen.model_spec), seed);
+                          MemoryModel(chosen.model_spec), seed, method, with);
   }
 };
 

@@ -8,6 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string_view>
 
 namespace dflop {
 
@@ -25,6 +28,23 @@ enum class slot_assignment : std::uint8_t {
   best_simulated,
 };
 
+//! "round_robin", "balanced", "best_simulated" (plan files spell it so).
+[[nodiscard]] constexpr std::string_view to_string(slot_assignment assignment) noexcept {
+  switch (assignment) {
+    case slot_assignment::round_robin: return "round_robin";
+    case slot_assignment::balanced: return "balanced";
+    case slot_assignment::best_simulated: return "best_simulated";
+  }
+  return "unknown";
+}
+
+//! The rule called `name`, or nullopt.
+[[nodiscard]] constexpr std::optional<slot_assignment> parse_slot_assignment(std::string_view name) noexcept {
+  for (auto assignment : {slot_assignment::round_robin, slot_assignment::balanced, slot_assignment::best_simulated})
+    if (to_string(assignment) == name) return assignment;
+  return std::nullopt;
+}
+
 //! Per-batch choices besides the packer.
 struct batch_options {
   slot_assignment assignment = slot_assignment::best_simulated;  //!< bins -> (replica, slot)
@@ -37,5 +57,13 @@ struct batch_options {
 
   friend bool operator==(const batch_options&, const batch_options&) = default;
 };
+
+//! `options` as the baselines run batches: the reference system's round-robin
+//! bins-to-slots rule and slots in arrival order (no dflop ordering).
+[[nodiscard]] constexpr batch_options as_baselines_run(batch_options options) noexcept {
+  options.assignment = slot_assignment::round_robin;
+  options.order = order_policy::identity;
+  return options;
+}
 
 }  // namespace dflop

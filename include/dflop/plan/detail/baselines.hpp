@@ -191,9 +191,7 @@ private:
 template <class Scorer>
 [[nodiscard]] method_result score_baseline(Scorer& scorer, method_result choice) {
   const plan_layout layout = scorer.layout_of(choice.config, even_layers{});
-  batch_options options = scorer.options().batch;
-  options.assignment = slot_assignment::round_robin;
-  options.order = order_policy::identity;
+  const batch_options options = as_baselines_run(scorer.options().batch);
   tail_samples tails;
   if (choice.method == "data_blind")
     choice.iteration_seconds = scorer.simulate_all(layout, sequential_packer{}, options, &tails);
@@ -222,8 +220,7 @@ template <class Scorer>
     method_result& choice = *next;
     // Out of memory is known from the packing alone: no need to simulate it.
     const plan_layout layout = scorer.layout_of(choice.config, even_layers{});
-    batch_options options = scorer.options().batch;
-    options.assignment = slot_assignment::round_robin;
+    const batch_options options = as_baselines_run(scorer.options().batch);
     const tail_samples tails = method == baseline_method::dflop_reference
                                    ? scorer.assigned_tails(layout, refined_packer{}, options)
                                    : scorer.assigned_tails(layout, sequential_packer{}, options);

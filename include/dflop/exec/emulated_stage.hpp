@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! A stage that emulates a device: it holds no model, sleeps each op for the
+//! time the plan's cost model gives it (the batch's own per-op costs, scaled),
+//! and passes real activation and gradient bytes of the sizes the model implies
+//! (scaled down) through the executor. Running a plan with it exercises every
+//! message, hand-off, TP broadcast and gradient sum the plan implies and
+//! measures the iteration time the schedule, packing and communication really
+//! give, on CPUs: what the simulator predicts can be checked by running it.
+//!
+//! Each sample's block of every activation and gradient starts with a stamp
+//! (its batch index and the direction), checked where it arrives, so a message
+//! routed to the wrong rank or at the wrong offset is an error, not noise.
+#pragma once
+
+#include <dflop/error.hpp>
+#include <dflop/exec/microbatch_view.hpp>
+#include <dflop/exec/plan_runner.hpp>
+#include <dflop/exec/stage.hpp>
+#include <dflop/model/multimodal_spec.hpp>
+#include <dflop/plan/batch_schedule.hpp>
+#include <dflop/sim/costs.hpp>
+#include <dflop/util/precise_sleep.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace dflop {
+
+//! How an emulated device scales time and bytes.
+struct emulation_options {
+  //! Each op sleeps its cost-model time times this (1: real time; 0.01: a 1 s
+  //! iteration in 10 ms). Keep ops above a millisecond: sleeps are not precise below.
+  double time_scale = 1;
+  //! Activation bytes moved, as a fraction of the model's (bf16, per TP rank);
+  //! each sample's block is rounded up to whole 8-byte words, at least one.
+  double byte_scale = 1.0 / 1024;
+};
+
+//! A device-less stage for any rank of a plan (see the file comment). Call
+//! `begin_step(batch)` before every `plan_runner::step(batch, samples)`.
+class emulated_stage {
+public:
+  //! The stage `assignment` names, for `model`'s shapes.
+  emulated_stage(const stage_assignment& assignment, const multimodal_spec& model, emulation_options options = {})
+      : assignment_(assignment), options_(options) {
+    if (!(options.time_scale >= 0) || !std::isfinite(options.time_scale))
+      throw input_error("time_scale", 0, "must be finite and >= 0");
+    if (!(options.byte_scale > 0) || !std::isfinite(options.byte_scale))
+      throw input_error("byte_scale", 0, "must be finite and > 0");
+    const double tp = assignment.tp_size;
+    encoder_bytes_per_token_ = static_cast<double>(model.encoder.hidden) * 2.0 / tp * options.byte_scale;
+    llm_bytes_per_token_ = static_cast<double>(model.llm.hidden) * 2.0 / tp * options.byte_scale;
+    // The hand-off moves projected tokens (LLM width) whole to TP rank 0, then to its peers.
+    handoff_bytes_per_token_ = static_cast<double>(model.llm.hidden) * 2.0 * options.byte_scale;
+  }
+
+  //! The batch whose op costs the next step sleeps (the one `step` will run).
+  void begin_step(const batch_schedule& batch) {
+    batch_ = &batch;
+    ops_done_ = 0;
+    const module_costs& costs = module();
+    const std::uint32_t stage = assignment_.role.stage;
+    split_ = !costs.weight.empty();
+    const double bytes = costs.gradient_bytes.empty() ? 0.0 : costs.gradient_bytes[stage];
+    sync_seconds_ = bytes > 0 ? ring_allreduce_seconds(bytes, costs.replicas, costs.gradient_link) : 0.0;
+  }
+
+  //! Input activation bytes: the previous stage's output for these samples.
+  [[nodiscard]] std::size_t input_bytes(const microbatch_view& mb) const {
+    const auto& role = assignment_.role;
+    if (role.stage > 0) return sum(mb, input_block());
+    return role.position == 0 ? 0 : sum(mb, &emulated_stage::handoff_block);  // a first stage embeds its own input
+  }
+  //! Output activation bytes: this stage's activations, the hand-off rows on the
+  //! encoder's last stage, none on the LLM's last.
+  [[nodiscard]] std::size_t output_bytes(const microbatch_view& mb) const {
+    const auto& role = assignment_.role;
+    if (role.position + 1 == assignment_.positions) return 0;
+    return sum(mb, output_block());
+  }
+
+  //! F: checks the input's stamps, sleeps the forward, stamps the output. The
+  //! last stage's loss is the sum of (batch index + 1) over its samples, so a
+  //! step's loss is N (N + 1) / 2 exactly when every sample ran once.
+  template <class Context>
+  void forward(Context& ctx) {
+    check(ctx.input, ctx.samples, input_block(), forward_stamp, "input activation");
+    finish_op(cost(module().forward, ctx));
+    stamp(ctx.output, ctx.samples, output_block(), forward_stamp);
+    if (ctx.last_stage()) {
+      ctx.loss = 0;
+      for (std::uint32_t i : ctx.samples.indices()) ctx.loss += static_cast<double>(i) + 1;
+    }
+  }
+  //! B: checks the output gradient's stamps, sleeps the backward (and the weight
+  //! gradient when the schedule does not split it), stamps the input gradient.
+  template <class Context>
+  void backward(Context& ctx) {
+    check(ctx.output_grad, ctx.samples, output_block(), backward_stamp, "output gradient");
+    const module_costs& costs = module();
+    double seconds = cost(costs.backward, ctx);
+    if (!split_ && !costs.weight.empty()) seconds += cost(costs.weight, ctx);
+    finish_op(seconds);
+    stamp(ctx.input_grad, ctx.samples, input_block(), backward_stamp);
+  }
+  //! W (split schedules): sleeps the weight-gradient time.
+  template <class Context>
+  void weight(Context& ctx) {
+    finish_op(cost(module().weight, ctx));
+  }
+  //! One value, summed over the data-parallel group like real gradients.
+  [[nodiscard]] std::span<double> gradients() noexcept { return {&gradient_, 1}; }
+
+  //! What this stage stands for.
+  [[nodiscard]] const stage_assignment& assignment() const noexcept { return assignment_; }
+
+private:
+  using block_bytes = std::size_t (emulated_stage::*)(const sample&) const;
+  static constexpr std::uint64_t forward_stamp = 0xF0F0'0000'0000'0000ULL;
+  static constexpr std::uint64_t backward_stamp = 0xB0B0'0000'0000'0000ULL;
+
+  static std::size_t words(double bytes) {
+    return bytes <= 0 ? 0 : 8 * std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(bytes / 8)));
+  }
+  std::size_t encoder_block(const sample& s) const {
+    return words(static_cast<double>(s.encoder_tokens) * encoder_bytes_per_token_);
+  }
+  std::size_t llm_block(const sample& s) const { return words(static_cast<double>(s.llm_tokens) * llm_bytes_per_token_); }
+  std::size_t handoff_block(const sample& s) const {
+    return words(static_cast<double>(s.encoder_tokens) * handoff_bytes_per_token_);
+  }
+  std::size_t sum(const microbatch_view& mb, block_bytes block) const {
+    std::size_t total = 0;
+    for (const sample& s : mb) total += (this->*block)(s);
+    return total;
+  }
+  // The encoder's last stage: its output is the hand-off.
+  [[nodiscard]] bool last_in_module() const noexcept {
+    const auto& role = assignment_.role;
+    return role.encoder() && static_cast<int>(role.stage) + 1 == assignment_.degrees.pp;
+  }
+  // Per-sample block sizes of this stage's input and output.
+  [[nodiscard]] block_bytes input_block() const noexcept {
+    const auto& role = assignment_.role;
+    if (role.stage > 0) return role.encoder() ? &emulated_stage::encoder_block : &emulated_stage::llm_block;
+    return &emulated_stage::handoff_block;
+  }
+  [[nodiscard]] block_bytes output_block() const noexcept {
+    if (assignment_.role.encoder()) return last_in_module() ? &emulated_stage::handoff_block : &emulated_stage::encoder_block;
+    return &emulated_stage::llm_block;
+  }
+
+  void stamp(std::span<std::byte> bytes, const microbatch_view& mb, block_bytes block, std::uint64_t direction) const {
+    std::size_t at = 0;
+    for (std::size_t p = 0; p < mb.size() && at < bytes.size(); ++p) {
+      const std::size_t size = (this->*block)(mb[p]);
+      if (size == 0) continue;
+      const std::uint64_t value = direction | mb.indices()[p];
+      std::memcpy(bytes.data() + at, &value, sizeof value);
+      at += size;
+    }
+  }
+  void check(std::span<const std::byte> bytes, const microbatch_view& mb, block_bytes block, std::uint64_t direction,
+             const char* what) const {
+    std::size_t at = 0;
+    for (std::size_t p = 0; p < mb.size() && at < bytes.size(); ++p) {
+      const std::size_t size = (this->*block)(mb[p]);
+      if (size == 0) continue;
+      std::uint64_t value = 0;
+      std::memcpy(&value, bytes.data() + at, sizeof value);
+      if (value != (direction | mb.indices()[p]))
+        throw error("emulated_stage (" + to_string_role() + "): the " + what + " block of sample " +
+                    std::to_string(mb.indices()[p]) + " carries another sample's or direction's stamp: a message "
+                    "went to the wrong rank or offset");
+      at += size;
+    }
+  }
+  [[nodiscard]] std::string to_string_role() const {
+    const auto& role = assignment_.role;
+    return std::string(role.encoder() ? "encoder" : "llm") + " stage " + std::to_string(role.stage) + " replica " +
+           std::to_string(role.replica) + " tp " + std::to_string(role.tp_rank);
+  }
+
+  [[nodiscard]] const module_costs& module() const {
+    if (!batch_) throw error("emulated_stage: begin_step(batch) was not called before the step");
+    return assignment_.role.encoder() ? batch_->costs.encoder : batch_->costs.llm;
+  }
+  template <class Context>
+  [[nodiscard]] double cost(const std::vector<double>& values, const Context& ctx) const {
+    if (values.empty()) return 0;
+    const module_costs& costs = module();
+    const std::uint32_t slot = batch_->slot_order.empty() ? ctx.microbatch : batch_->slot_order[ctx.microbatch];
+    return values[costs.at(ctx.replica, slot, assignment_.role.stage, batch_->costs.microbatches)];
+  }
+  // Sleeps one op's scaled time; the rank's last op of the step also carries the
+  // data-parallel gradient all-reduce, which the simulator starts when every
+  // replica of the stage has finished (as the executor's sum does).
+  void finish_op(double seconds) {
+    const std::uint32_t m = batch_->costs.microbatches;
+    const std::uint32_t per_step = (split_ ? 3 : 2) * m;
+    if (++ops_done_ == per_step) seconds += sync_seconds_;
+    if (seconds > 0) sleep_precisely(seconds * options_.time_scale);
+  }
+
+  stage_assignment assignment_;
+  emulation_options options_;
+  double encoder_bytes_per_token_ = 0;
+  double llm_bytes_per_token_ = 0;
+  double handoff_bytes_per_token_ = 0;
+  const batch_schedule* batch_ = nullptr;
+  std::uint32_t ops_done_ = 0;
+  bool split_ = false;
+  double sync_seconds_ = 0;
+  double gradient_ = 0;
+};
+static_assert(pipeline_stage<emulated_stage>);
+
+}  // namespace dflop
