@@ -92,3 +92,17 @@ TEST_CASE("malformed GPU JSON names the field and the reason", "[gpu][model][jso
   CHECK(gpu_error(R"({"name": 7})") == "g.json: field 'name': expected a string, got 7");
   CHECK_THAT(gpu_error("{\"name\": \"x\",\n\n  \"peak_tflops\": }"), Catch::StartsWith("g.json:3: invalid JSON:"));
 }
+
+TEST_CASE("models and GPUs written as JSON read back equal (every preset)", "[model][gpu][json]") {
+  for (const auto& gpu : dflop::gpu_presets()) {
+    INFO(gpu.name);
+    CHECK(dflop::gpu_from_json(dflop::to_json(gpu), "g.json") == gpu);
+  }
+  for (const char* name : {"siglip-400m+qwen2.5-7b", "internvit-6b+llama3-70b", "internvit-300m+qwen2.5-72b"}) {
+    INFO(name);
+    const auto model = dflop::find_model(name);
+    const auto written = dflop::to_json(model);
+    CHECK(written["encoder"].is_object());  // shapes spelled out, not preset names
+    CHECK(dflop::model_from_json(written, "m.json") == model);
+  }
+}

@@ -35,8 +35,19 @@ namespace dflop {
   spec.memory_bytes = static_cast<std::int64_t>(std::llround(memory_gib * 1073741824.0));
   spec.intra_node_bandwidth = fields.positive_number("intra_node_gb_per_s") * 1e9;
   spec.inter_node_bandwidth = fields.positive_number("inter_node_gb_per_s") * 1e9;
-  spec.latency = fields.positive_number("latency_us") * 1e-6;
+  spec.latency = fields.positive_number("latency_us") / 1e6;  // 8 / 1e6 is the double 8e-6; 8 * 1e-6 is not
   return spec;
+}
+
+//! `spec` in the GPU-file format (plan files embed it), so `gpu_from_json` reads
+//! it back: units are converted by exact powers of ten.
+[[nodiscard]] inline nlohmann::ordered_json to_json(const gpu_spec& spec) {
+  return {{"name", spec.name},
+          {"peak_tflops", spec.peak_flops / 1e12},
+          {"memory_gib", static_cast<double>(spec.memory_bytes) / 1073741824.0},
+          {"intra_node_gb_per_s", spec.intra_node_bandwidth / 1e9},
+          {"inter_node_gb_per_s", spec.inter_node_bandwidth / 1e9},
+          {"latency_us", spec.latency * 1e6}};
 }
 
 //! A GPU from JSON text.

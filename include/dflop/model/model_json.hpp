@@ -77,6 +77,21 @@ inline llm_spec llm_from_json(const nlohmann::json& value, const std::string& so
   return combine(std::move(encoder), std::move(llm), fields.has("name") ? fields.text("name") : std::string{});
 }
 
+//! `spec` in the model-file format with both shapes spelled out (never preset
+//! names), so a file that embeds it is self-contained and `model_from_json`
+//! reads it back (the projector is derived from the hidden sizes, as always).
+[[nodiscard]] inline nlohmann::ordered_json to_json(const multimodal_spec& spec) {
+  const vit_spec& e = spec.encoder;
+  const llm_spec& l = spec.llm;
+  return {{"name", spec.name},
+          {"encoder",
+           {{"name", e.name}, {"layers", e.layers}, {"hidden", e.hidden}, {"ffn", e.ffn}, {"heads", e.heads},
+            {"kv_heads", e.kv_heads}, {"image_size", e.image_size}, {"patch_size", e.patch_size}}},
+          {"llm",
+           {{"name", l.name}, {"layers", l.layers}, {"hidden", l.hidden}, {"ffn", l.ffn}, {"heads", l.heads},
+            {"kv_heads", l.kv_heads}, {"vocab", l.vocab}, {"tied_embeddings", l.tied_embeddings}}}};
+}
+
 //! A model from JSON text.
 [[nodiscard]] inline multimodal_spec parse_model_json(std::string_view text, const std::string& source = "<text>") {
   return model_from_json(detail::parse_json_text(text, source), source);
