@@ -25,6 +25,7 @@
 #include <dflop/plan/plan.hpp>
 #include <dflop/plan/plan_layout.hpp>
 #include <dflop/plan/planner_options.hpp>
+#include <dflop/plan/stage_memories.hpp>
 #include <dflop/schedule/activations.hpp>
 #include <dflop/schedule/concept.hpp>
 #include <dflop/schedule/op.hpp>
@@ -195,19 +196,9 @@ public:
   [[nodiscard]] std::vector<dflop::stage_memory> stage_memories(const parallel_config& config, const P& policy,
                                                          const microbatch_views& tails) {
     const auto& peaks = schedule_of(config).peaks;
-    std::vector<dflop::stage_memory> memories;
-    for (module_kind kind : all_module_kinds) {
-      const bool encoder = kind == module_kind::encoder;
-      const module_plan plan = module_plan_of(kind, encoder ? config.encoder : config.llm, policy);
-      const auto& tail = encoder ? tails.encoder : tails.llm;
-      for (int s = 0; s < plan.degrees.pp; ++s) {
-        const int in_flight = static_cast<int>(peaks[static_cast<std::size_t>(encoder ? s : config.encoder.pp + s)]);
-        memories.push_back({kind, s, in_flight,
-                            estimate_memory_with(memory_, kind, plan.degrees.tp, plan.slice(s), in_flight, tail,
-                                                 memory_choices_of(plan.degrees))});
-      }
-    }
-    return memories;
+    return price_stage_memories(memory_, module_plan_of(module_kind::encoder, config.encoder, policy),
+                                module_plan_of(module_kind::llm, config.llm, policy), peaks, tails.encoder,
+                                tails.llm);
   }
 
   //! Bytes by which the worst stage exceeds usable memory (<= 0: fits).
