@@ -13,8 +13,10 @@
 #include <dflop/plan/pack.hpp>
 #include <dflop/plan/parallel_config.hpp>
 #include <dflop/plan/plan.hpp>
+#include <dflop/plan/plan_file.hpp>
 #include <dflop/plan/plan_json.hpp>
 #include <dflop/plan/plan_layout.hpp>
 #include <dflop/plan/planner.hpp>
 #include <dflop/plan/planner_options.hpp>
 #include <dflop/plan/rank_layout.hpp>
+#include <dflop/plan/stage_memories.hpp>

@@ -73,6 +73,7 @@ struct plan {
   cluster_spec cluster;                //!< where it runs
   int global_batch = 0;                //!< samples per iteration
   int batches = 0;                     //!< sampled global batches it was scored on
+  std::uint64_t seed = 0;              //!< sampling seed of those batches (`planner_options::seed`)
   std::string schedule;                //!< schedule policy name
   method_result chosen;                //!< dflop's choice (method "dflop")
   std::vector<stage_memory> memory;    //!< per stage of the chosen plan, encoder stages first

@@ -1,16 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0
 //! \file
-//! A plan as JSON (the `dflop plan --json` format): `config` (encoder and llm
-//! with tp, pp, dp and layer ranges; microbatches; schedule),
-//! `iteration_seconds`, `samples_per_second`, `memory_gib` per stage,
-//! `ideal_seconds`, `baselines` (data_blind, dflop_reference) and `search`.
+//! A plan as JSON: the `dflop plan --json` output and the plan file that
+//! `dflop plan --save` writes and `read_plan` (plan_file.hpp) reads back.
+//! `plan_version`; `model` and `model_spec` (its shapes, model-file format);
+//! `cluster` (with `gpu_spec`, GPU-file format); `global_batch`, `batches`,
+//! `seed`; `batch` (per-batch options); `config` (encoder and llm with tp, pp,
+//! dp, memory savers and layer ranges; microbatches; schedule);
+//! `iteration_seconds`, `estimated_seconds`, `peak_memory_gib`,
+//! `samples_per_second`, `memory_gib` per stage, `ideal_seconds`,
+//! `efficiency`, `baselines` (data_blind, dflop_reference) and `search`.
+//! Field by field: docs/plan-files.md.
 #pragma once
 
+#include <dflop/model/gpu_json.hpp>
+#include <dflop/model/model_json.hpp>
+#include <dflop/plan/batch_options.hpp>
 #include <dflop/plan/plan.hpp>
+#include <dflop/sim/order.hpp>
 
 #include <nlohmann/json.hpp>
 
 namespace dflop {
+
+//! The plan-file format this dflop writes and reads (`plan_version`); bumped
+//! when a field changes meaning, so an old reader rejects a newer file.
+inline constexpr int plan_file_version = 1;
 
 //! One module's degrees, memory savers and layer ranges:
 //! {"tp", "pp", "dp", "recompute", "distributed_optimizer", "layers": [[first, last), ...]}.
@@ -34,17 +48,33 @@ namespace dflop {
           {"schedule", schedule}};
 }
 
-//! The whole plan.
+//! Per-batch options: {"assignment", "order", "order_budget", "seed", "weight_gradient_share"}.
+[[nodiscard]] inline nlohmann::ordered_json to_json(const batch_options& options) {
+  return {{"assignment", std::string(to_string(options.assignment))},
+          {"order", std::string(to_string(options.order))},
+          {"order_budget", options.order_budget},
+          {"seed", options.seed},
+          {"weight_gradient_share", options.weight_gradient_share}};
+}
+
+//! The whole plan: what `dflop plan --json` prints and a plan file holds.
 [[nodiscard]] inline nlohmann::ordered_json to_json(const plan& result) {
   nlohmann::ordered_json out;
+  out["plan_version"] = plan_file_version;
   out["model"] = result.model;
+  out["model_spec"] = to_json(result.model_spec);
   out["cluster"] = {{"gpus", result.cluster.gpus},
                     {"gpus_per_node", result.cluster.gpus_per_node},
-                    {"gpu", result.cluster.gpu.name}};
+                    {"gpu", result.cluster.gpu.name},
+                    {"gpu_spec", to_json(result.cluster.gpu)}};
   out["global_batch"] = result.global_batch;
   out["batches"] = result.batches;
+  out["seed"] = result.seed;
+  out["batch"] = to_json(result.batch);
   out["config"] = config_json(result.chosen, result.schedule);
   out["iteration_seconds"] = result.chosen.iteration_seconds;
+  out["estimated_seconds"] = result.chosen.estimated_seconds;
+  out["peak_memory_gib"] = result.chosen.peak_memory_gib;
   out["samples_per_second"] = result.samples_per_second();
   auto memory = nlohmann::ordered_json::array();
   for (const auto& stage : result.memory)
@@ -55,7 +85,12 @@ namespace dflop {
                       {"parameters_gib", static_cast<double>(stage.bytes.parameters) / (1 << 30)},
                       {"gradients_gib", static_cast<double>(stage.bytes.gradients) / (1 << 30)},
                       {"optimizer_states_gib", static_cast<double>(stage.bytes.optimizer_states) / (1 << 30)},
-                      {"activations_gib", static_cast<double>(stage.bytes.activations) / (1 << 30)}});
+                      {"activations_gib", static_cast<double>(stage.bytes.activations) / (1 << 30)},
+                      {"bytes",
+                       {{"parameters", stage.bytes.parameters},
+                        {"gradients", stage.bytes.gradients},
+                        {"optimizer_states", stage.bytes.optimizer_states},
+                        {"activations", stage.bytes.activations}}}});
   out["memory_gib"] = memory;
   out["ideal_seconds"] = result.ideal_seconds;
   out["efficiency"] = result.efficiency();
@@ -65,6 +100,7 @@ namespace dflop {
                                   {"iteration_seconds", baseline.iteration_seconds},
                                   {"estimated_seconds", baseline.estimated_seconds},
                                   {"peak_memory_gib", baseline.peak_memory_gib},
+                                  {"fits_memory", baseline.fits_memory},
                                   {"out_of_memory_attempts", baseline.out_of_memory_attempts},
                                   {"speedup_of_dflop", baseline.iteration_seconds / result.chosen.iteration_seconds}};
   out["baselines"] = baselines;

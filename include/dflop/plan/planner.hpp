@@ -97,6 +97,7 @@ public:
     result.cluster = scorer_.cluster();
     result.global_batch = settings.global_batch;
     result.batches = settings.batches;
+    result.seed = settings.seed;
     result.schedule = std::string(scorer_.schedule_policy().name());
     result.ideal_seconds = scorer_.ideal_seconds();
 

@@ -44,6 +44,9 @@ namespace dflop::detail {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+//! `number` as JSON writes it (0, 0.5, 1e-06), for messages.
+[[nodiscard]] inline std::string json_number_text(double number) { return nlohmann::json(number).dump(); }
+
 //! Typed access to the fields of one JSON object, with errors naming `prefix.field`.
 class json_fields {
 public:
@@ -99,6 +102,55 @@ public:
       if (std::isfinite(number) && number > 0) return number;
     }
     fail(path(key), "expected a positive number, got " + value.dump());
+  }
+
+  //! A required integer in [`minimum`, `maximum`] (a JSON number with no fraction).
+  [[nodiscard]] std::int64_t integer_in(std::string_view key, std::int64_t minimum,
+                                        std::int64_t maximum = std::numeric_limits<std::int64_t>::max()) const {
+    const auto& value = at(key);
+    if (value.is_number_integer() && !value.is_number_unsigned()) {
+      const auto number = value.get<std::int64_t>();
+      if (number >= minimum && number <= maximum) return number;
+    } else if (value.is_number_unsigned() && minimum >= 0 &&
+               value.get<std::uint64_t>() <= static_cast<std::uint64_t>(maximum)) {
+      return static_cast<std::int64_t>(value.get<std::uint64_t>());
+    }
+    std::string expected = "expected an integer >= " + std::to_string(minimum);
+    if (maximum != std::numeric_limits<std::int64_t>::max()) expected += " and <= " + std::to_string(maximum);
+    fail(path(key), expected + ", got " + value.dump());
+  }
+
+  //! A required unsigned 64-bit integer (seeds).
+  [[nodiscard]] std::uint64_t unsigned_integer(std::string_view key) const {
+    const auto& value = at(key);
+    if (value.is_number_unsigned()) return value.get<std::uint64_t>();
+    if (value.is_number_integer() && value.get<std::int64_t>() >= 0)
+      return static_cast<std::uint64_t>(value.get<std::int64_t>());
+    fail(path(key), "expected an integer >= 0, got " + value.dump());
+  }
+
+  //! A required finite number >= `minimum`.
+  [[nodiscard]] double number_at_least(std::string_view key, double minimum) const {
+    const auto& value = at(key);
+    if (value.is_number()) {
+      const auto number = value.get<double>();
+      if (std::isfinite(number) && number >= minimum) return number;
+    }
+    fail(path(key), "expected a finite number >= " + json_number_text(minimum) + ", got " + value.dump());
+  }
+
+  //! A required boolean.
+  [[nodiscard]] bool boolean(std::string_view key) const {
+    const auto& value = at(key);
+    if (!value.is_boolean()) fail(path(key), "expected true or false, got " + value.dump());
+    return value.get<bool>();
+  }
+
+  //! A required array.
+  [[nodiscard]] const nlohmann::json& array(std::string_view key) const {
+    const auto& value = at(key);
+    if (!value.is_array()) fail(path(key), "expected a JSON array, got " + value.dump());
+    return value;
   }
 
   //! An optional boolean.
