@@ -10,6 +10,7 @@
 #include <dflop/error.hpp>
 #include <dflop/model/gpu_json.hpp>
 #include <dflop/model/model_json.hpp>
+#include <dflop/plan/plan_file.hpp>
 #include <dflop/plan/plan_json.hpp>
 #include <dflop/plan/planner.hpp>
 #include <dflop/sim/chrome_trace.hpp>
@@ -38,6 +39,7 @@ struct plan_command_options {
   int batches = 4;
   std::uint64_t seed = 0;
   bool json = false;
+  std::string save;  // write the plan file here
   std::string trace;
   std::string svg;
   bool timeline = false;  // demo: print one iteration as a text timeline
@@ -79,6 +81,12 @@ void run_plan(const plan_command_options& options) {
   } else {
     std::cout << result;
   }
+  if (!options.save.empty()) {
+    dflop::write_plan(options.save, result);
+    if (!options.json)
+      std::cout << "\nplan saved to " << options.save << " (schedule batches for it: dflop schedule --plan "
+                << options.save << ")\n";
+  }
 
   if (options.timeline || !options.trace.empty() || !options.svg.empty()) {
     const auto& batch = planner.sampled_batches().front();
@@ -116,6 +124,8 @@ void add_plan_flags(CLI::App& command, plan_command_options& options) {
       ->capture_default_str();
   command.add_option("--seed", options.seed, "sampling and packing seed")->capture_default_str();
   command.add_flag("--json", options.json, "print one JSON object");
+  command.add_option("--save", options.save,
+                     "write the plan to this JSON file (self-contained; read by `dflop schedule`)");
   command.add_option("--trace", options.trace, "write a Chrome trace (Perfetto) of one iteration to this file");
   command.add_option("--svg", options.svg, "write an SVG picture of one iteration's timeline to this file");
 }
