@@ -59,15 +59,15 @@ public:
     llm_bytes_per_token_ = static_cast<double>(model.llm.hidden) * 2.0 / tp * options.byte_scale;
     // The hand-off moves projected tokens (LLM width) whole to TP rank 0, then to its peers.
     handoff_bytes_per_token_ = static_cast<double>(model.llm.hidden) * 2.0 * options.byte_scale;
+    (void)sleep_overshoot();  // calibrated now, not inside the first op
   }
 
   //! The batch whose op costs the next step sleeps (the one `step` will run).
   void begin_step(const batch_schedule& batch) {
     batch_ = &batch;
-    ops_done_ = 0;
+    calls_ = 0;
     const module_costs& costs = module();
     const std::uint32_t stage = assignment_.role.stage;
-    split_ = !costs.weight.empty();
     const double bytes = costs.gradient_bytes.empty() ? 0.0 : costs.gradient_bytes[stage];
     sync_seconds_ = bytes > 0 ? ring_allreduce_seconds(bytes, costs.replicas, costs.gradient_link) : 0.0;
   }
@@ -99,24 +99,31 @@ public:
       for (std::uint32_t i : ctx.samples.indices()) ctx.loss += static_cast<double>(i) + 1;
     }
   }
-  //! B: checks the output gradient's stamps, sleeps the backward (and the weight
-  //! gradient when the schedule does not split it), stamps the input gradient.
+  //! B: checks the output gradient's stamps, sleeps the backward (the whole of it
+  //! when the schedule does not split it: the batch then prices no W), stamps the input gradient.
   template <class Context>
   void backward(Context& ctx) {
     check(ctx.output_grad, ctx.samples, output_block(), backward_stamp, "output gradient");
-    const module_costs& costs = module();
-    double seconds = cost(costs.backward, ctx);
-    if (!split_ && !costs.weight.empty()) seconds += cost(costs.weight, ctx);
-    finish_op(seconds);
+    finish_op(cost(module().backward, ctx));
     stamp(ctx.input_grad, ctx.samples, input_block(), backward_stamp);
   }
-  //! W (split schedules): sleeps the weight-gradient time.
+  //! W: sleeps the weight-gradient time (split schedules; otherwise the executor
+  //! calls it right after B and the batch prices it 0).
   template <class Context>
   void weight(Context& ctx) {
     finish_op(cost(module().weight, ctx));
   }
-  //! One value, summed over the data-parallel group like real gradients.
-  [[nodiscard]] std::span<double> gradients() noexcept { return {&gradient_, 1}; }
+  //! One value, summed over the data-parallel group like real gradients. The
+  //! executor reads it once after a step's last op, before the sum: the first
+  //! read then sleeps the emulated all-reduce, which the simulator starts when
+  //! every replica of the stage has finished and its last messages are out.
+  [[nodiscard]] std::span<double> gradients() {
+    if (batch_ && calls_ == 3 * batch_->costs.microbatches) {
+      ++calls_;
+      if (sync_seconds_ > 0) sleep_precisely(sync_seconds_ * options_.time_scale);
+    }
+    return {&gradient_, 1};
+  }
 
   //! What this stage stands for.
   [[nodiscard]] const stage_assignment& assignment() const noexcept { return assignment_; }
@@ -199,13 +206,10 @@ private:
     const std::uint32_t slot = batch_->slot_order.empty() ? ctx.microbatch : batch_->slot_order[ctx.microbatch];
     return values[costs.at(ctx.replica, slot, assignment_.role.stage, batch_->costs.microbatches)];
   }
-  // Sleeps one op's scaled time; the rank's last op of the step also carries the
-  // data-parallel gradient all-reduce, which the simulator starts when every
-  // replica of the stage has finished (as the executor's sum does).
+  // Sleeps one call's scaled time. The executor calls F, B and W once per
+  // microbatch (W right after B when not split): `calls_` tells when the last has run.
   void finish_op(double seconds) {
-    const std::uint32_t m = batch_->costs.microbatches;
-    const std::uint32_t per_step = (split_ ? 3 : 2) * m;
-    if (++ops_done_ == per_step) seconds += sync_seconds_;
+    ++calls_;
     if (seconds > 0) sleep_precisely(seconds * options_.time_scale);
   }
 
@@ -215,8 +219,7 @@ private:
   double llm_bytes_per_token_ = 0;
   double handoff_bytes_per_token_ = 0;
   const batch_schedule* batch_ = nullptr;
-  std::uint32_t ops_done_ = 0;
-  bool split_ = false;
+  std::uint32_t calls_ = 0;
   double sync_seconds_ = 0;
   double gradient_ = 0;
 };
