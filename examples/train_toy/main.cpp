@@ -8,7 +8,12 @@
 // k is drawn with seed + k, packed into the microbatches over the model's costs
 // and simulated, on a background thread `--lookahead` batches ahead; `--online`
 // refines the model from every step's op times (toy_runtime.hpp).
+//
+// With `--plan PLAN.json --emulate` it runs a saved plan instead: every rank of
+// the plan over emulated devices, batches scheduled by the library
+// (plan_training.hpp).
 #include "emulated_device.hpp"
+#include "plan_training.hpp"
 #include "toy_model.hpp"
 #include "toy_profile.hpp"
 #include "toy_runtime.hpp"
@@ -389,6 +394,51 @@ bool launched_by_mpirun() {
          std::getenv("PMIX_RANK") != nullptr;
 }
 
+// --plan: every rank of the plan, on threads or (under mpirun) one per process.
+// Bad input (file, method, world size) exits 2, as the `dflop` tool does.
+int run_plan_mode(int argc, char** argv, const options& o, dflop::toy::plan_run_options run) {
+  run.steps = o.steps;
+  run.json = o.json;
+  run.watchdog = o.watchdog;
+  int rank = 0;
+  bool mpi = false;
+  try {
+#if defined(DFLOP_TRAIN_TOY_WITH_MPI)
+    if (launched_by_mpirun()) {
+      int provided = 0;
+      MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+      mpi = true;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      const dflop::toy::plan_run_inputs inputs(run);
+      dflop::mpi_communicator comm(MPI_COMM_WORLD, o.watchdog);
+      dflop::toy::train_plan(comm, inputs, run);
+      MPI_Finalize();
+      return 0;
+    }
+#else
+    (void)argc;
+    (void)argv;
+#endif
+    const dflop::toy::plan_run_inputs inputs(run, run.json ? nullptr : &std::cerr);
+    dflop::run_inproc(
+        inputs.chosen.cluster.gpus, [&](dflop::inproc_communicator& comm) { dflop::toy::train_plan(comm, inputs, run); },
+        o.watchdog);
+    return 0;
+  } catch (const dflop::input_error& e) {
+    if (rank == 0) std::cerr << "dflop-train-toy: " << e.what() << "\n";
+#if defined(DFLOP_TRAIN_TOY_WITH_MPI)
+    if (mpi) MPI_Finalize();
+#endif
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "dflop-train-toy: " << e.what() << "\n";
+#if defined(DFLOP_TRAIN_TOY_WITH_MPI)
+    if (mpi) MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -423,8 +473,24 @@ int main(int argc, char** argv) {
   app.add_option("--profile-sizes", o.profile_sizes, "toy-token counts to profile at")->delimiter(',');
   app.add_option("--profile-repeats", o.profile_repeats, "timed runs per size")->check(CLI::PositiveNumber);
   auto* stages_option = app.get_option("--stages");
+  dflop::toy::plan_run_options plan_run;
+  app.add_option("--plan", plan_run.plan_path, "run this saved plan (dflop plan --save) on every rank of it")
+      ->check(CLI::ExistingFile);
+  app.add_option("--method", plan_run.method, "with --plan: dflop, data_blind or dflop_reference");
+  app.add_flag("--emulate", plan_run.emulate, "with --plan: emulated devices sleep the cost model's op times");
+  app.add_option("--time-scale", plan_run.emulation.time_scale, "with --plan: op sleep = cost-model seconds x this")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--byte-scale", plan_run.emulation.byte_scale,
+                 "with --plan: activation bytes moved, as a fraction of the model's")
+      ->check(CLI::Range(1e-9, 1.0));
+  app.add_option("--workload", plan_run.workload, "with --plan: JSONL trace batches are drawn from (default: built-in)")
+      ->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
 
+  if (!plan_run.plan_path.empty()) {
+    if (app.get_option("--seed")->count() > 0) plan_run.seed = o.seed;
+    return run_plan_mode(argc, argv, o, plan_run);
+  }
   try {
     if (!op_cost_text.empty()) o.op_cost = dflop::toy::parse_op_cost(op_cost_text);
     check(o);
