@@ -26,9 +26,8 @@
 #include <dflop/error.hpp>
 #include <dflop/exec/buffer_pool.hpp>
 #include <dflop/exec/communicator.hpp>
-#include <dflop/exec/detail/pool_memory.hpp>
+#include <dflop/exec/detail/op_loop.hpp>
 #include <dflop/exec/detail/receive_plan.hpp>
-#include <dflop/exec/detail/send_queue.hpp>
 #include <dflop/exec/detail/stage_dispatch.hpp>
 #include <dflop/exec/detail/step_runtime.hpp>
 #include <dflop/exec/failure.hpp>
@@ -55,10 +54,13 @@ namespace dflop {
 //! (construction splits the data-parallel and tensor-parallel groups) and call
 //! `step` together.
 template <communicator Communicator, class... Stages>
-class multimodal_executor {
+class multimodal_executor : public detail::op_loop<Communicator, multimodal_executor<Communicator, Stages...>> {
+  using loop = detail::op_loop<Communicator, multimodal_executor>;
+  friend loop;
+
 public:
   //! The context the stages receive.
-  using context = basic_stage_context<typename Communicator::resource_type>;
+  using context = typename loop::context;
   //! How the rank's stage is held.
   using stage_type = detail::stage_slot_t<Stages...>;
   static_assert(sizeof...(Stages) > 0, "dflop::multimodal_executor needs at least one stage type");
@@ -68,7 +70,7 @@ public:
   //! stage `layout.role(world.rank())` names). `world` must outlive the executor.
   //! Throws `dflop::error` when the world's size is not the layout's.
   multimodal_executor(Communicator& world, const world_layout& layout, stage_type stage, executor_options options = {})
-      : world_(&world), layout_(layout), options_(options), stage_(std::move(stage)), pool_(world), sends_(pool_) {
+      : loop(world, options), layout_(layout), stage_(std::move(stage)) {
     if (world.size() != layout.world_size())
       throw error("multimodal_executor: the layout needs " + std::to_string(layout.world_size()) +
                   " ranks, the world has " + std::to_string(world.size()));
@@ -78,7 +80,6 @@ public:
     positions_ = layout.positions();
     encoders_ = layout.replicas(module_kind::encoder);
     llms_ = layout.replicas(module_kind::llm);
-    world.set_watchdog(options.watchdog_seconds);
     data_parallel_.emplace(world.split(layout.rank_of(role_.module, role_.stage, 0, role_.tp_rank),
                                        static_cast<int>(role_.replica)));
     tensor_parallel_.emplace(world.split(layout.rank_of(role_.module, role_.stage, role_.replica, 0),
@@ -106,11 +107,13 @@ public:
   [[nodiscard]] Communicator& tensor_group() noexcept { return *tensor_parallel_; }
   //! The ranks of this rank's (module, stage, TP rank), ordered by replica: its gradients are summed over it.
   [[nodiscard]] Communicator& data_parallel_group() noexcept { return *data_parallel_; }
-  //! Blocks the buffer pool holds.
-  [[nodiscard]] std::size_t pool_buffers() const noexcept { return pool_.allocations(); }
 
 private:
-  using record = detail::op_record<Communicator>;
+  using record = typename loop::record;
+  using loop::m_;
+  using loop::receives_;
+  using loop::records_;
+  using loop::world_;
   // This rank's share of one hand-off message, for one schedule microbatch and one peer replica.
   struct handoff_bytes {
     std::size_t offset = 0;
@@ -159,15 +162,8 @@ private:
       throw schedule_error("multimodal_executor: schedule '" + schedule.name + "' has " +
                            std::to_string(schedule.ranks) + " ranks, the layout " + std::to_string(positions_) +
                            " positions");
-    if (schedule != validated_) {
-      validate(schedule);
-      validated_ = schedule;
-    }
     const std::uint64_t m = schedule.microbatches;
-    const std::uint64_t largest = 2 * m * positions_ + 2 * m * encoders_ * llms_ + 2 * m;
-    if (largest > static_cast<std::uint64_t>(world_->max_tag()))
-      throw error("multimodal_executor: " + std::to_string(largest) + " message tags exceed the communicator's limit " +
-                  std::to_string(world_->max_tag()));
+    this->check_schedule(schedule, 2 * m * positions_ + 2 * m * encoders_ * llms_ + 2 * m, "multimodal_executor");
   }
 
   // Per microbatch: where each peer's rows lie in this rank's hand-off buffer.
@@ -213,16 +209,9 @@ private:
   void plan(const pipeline_schedule& schedule, const multimodal_batch& batch) {
     plan_.build(batch, m_, encoders_, llms_);
     plan_handoff(batch);
-    receives_.clear();
     const auto& ops = schedule.rank_ops[role_.position];
-    if constexpr (matches_in_order<Communicator>) {
-      index_.assign(3 * static_cast<std::size_t>(m_) * positions_, 0);
-      for (const auto& list : schedule.rank_ops)
-        for (std::size_t i = 0; i < list.size(); ++i) index_[detail::op_slot(schedule, list[i])] = i;
-    }
     const auto sent_at = [&](op_kind kind, std::uint32_t j, std::uint32_t position) -> std::size_t {
-      if constexpr (matches_in_order<Communicator>) return index_[detail::op_slot(schedule, {kind, j, position, 0})];
-      else return 0;
+      return this->sent_at(schedule, {kind, j, position, 0});
     };
     const std::uint32_t p = role_.position;
     const std::uint32_t q = role_.replica;
@@ -262,127 +251,74 @@ private:
     receives_.finish();
   }
 
-  void send(std::span<const std::byte> bytes, const pooled_buffer& block, int peer, int tag) {
-    sends_.send(*world_, peer, tag, bytes, block);
-    ++result_.messages_sent;
-  }
   // TP rank 0 forwards a record buffer it assembled from hand-offs to its TP peers.
   void broadcast(const pooled_buffer& buffer, bool gradient, std::uint32_t j) {
     for (std::uint32_t u = 1; u < tp_; ++u)
-      send(buffer.bytes(), buffer, rank_at(role_.position, role_.replica, u), broadcast_tag(gradient, j));
-  }
-  void release(record& rec) {
-    sends_.release(rec.input);
-    sends_.release(rec.output_grad);
-    for (auto& b : rec.stash) pool_.release(b);
-    rec.stash.clear();
+      this->send(buffer.bytes(), buffer, rank_at(role_.position, role_.replica, u), broadcast_tag(gradient, j));
   }
 
   step_result run(const pipeline_schedule& schedule, const multimodal_batch& batch) {
-    result_ = {};
-    detail::step_clock clock(options_.record_op_times, result_);
-    const std::size_t buffers_before = pool_.allocations();
+    this->start_clock();
     check(schedule);
-    m_ = schedule.microbatches;
-    split_ = schedule.split_backward;
-    records_.resize(m_);
-    losses_.assign(m_, 0.0);
+    batch_ = &batch;
+    this->begin_step(schedule, schedule.microbatches);
     plan(schedule, batch);
+    return this->run_ops(schedule, schedule.rank_ops[role_.position]);
+  }
 
-    const auto& ops = schedule.rank_ops[role_.position];
-    if (options_.record_op_times) result_.op_times.reserve(ops.size());
-    const std::uint32_t p = role_.position;
-    const std::uint32_t q = role_.replica;
-    const std::uint32_t t = role_.tp_rank;
-    const bool last = p + 1 == positions_;
-    detail::pool_memory<Communicator> mem(pool_);
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      result_.messages_received += receives_.post_until(i + options_.receive_lookahead, *world_, pool_, records_);
-      if (!sends_.empty()) sends_.reap(*world_, false);
-      const auto& op = ops[i];
-      const std::uint32_t j = op.microbatch;
-      auto& rec = records_[j];
-      const microbatch_view mb(batch.samples, samples_of(j, batch));
-      context ctx;
-      ctx.kind = op.kind;
-      ctx.microbatch = j;
-      ctx.stage = p;
-      ctx.stages = positions_;
-      ctx.replica = q;
-      ctx.tp_rank = t;
-      ctx.tp_size = tp_;
-      ctx.rank = world_->rank();
-      ctx.samples = mb;
-      ctx.resource = world_->resource();
-      ctx.memory = &mem;
-      mem.stash_ = &rec.stash;
-      detail::wait_all(*world_, rec.input_requests, ctx.resource);
-      ctx.input = rec.input.bytes();
-      switch (op.kind) {
-        case op_kind::forward: {
-          if (llm_first() && t == 0 && tp_ > 1 && any_feeds_[j]) broadcast(rec.input, false, j);
-          pooled_buffer output = last ? pooled_buffer{} : pool_.acquire(output_bytes(mb));
-          ctx.output = output.bytes();
-          call(op, ctx, clock);
-          if (last) {
-            losses_[j] = ctx.loss;
-          } else if (!encoder_last()) {
-            send(output.bytes(), output, rank_at(p + 1, q, t), pipeline_tag(false, j, p + 1));
-          } else if (t == 0) {
-            for (std::uint32_t r = 0; r < llms_; ++r)
-              if (const auto& h = handoff_[static_cast<std::size_t>(j) * peers_ + r]; h.feeds)
-                send(output.bytes().subspan(h.offset, h.bytes), output, rank_at(p + 1, r, 0), handoff_tag(false, j, q, r));
-          }
-          sends_.release(output);
-          break;
-        }
-        case op_kind::backward: {
-          detail::wait_all(*world_, rec.grad_requests, ctx.resource);
-          if (encoder_last() && t == 0 && tp_ > 1 && any_feeds_[j]) broadcast(rec.output_grad, true, j);
-          ctx.output_grad = rec.output_grad.bytes();
-          pooled_buffer input_grad = p > 0 ? pool_.acquire(rec.input.size) : pooled_buffer{};
-          ctx.input_grad = input_grad.bytes();
-          call(op, ctx, clock);
-          if (p > 0 && !llm_first()) {
-            send(input_grad.bytes(), input_grad, rank_at(p - 1, q, t), pipeline_tag(true, j, p - 1));
-          } else if (p > 0 && t == 0) {
-            for (std::uint32_t e = 0; e < encoders_; ++e)
-              if (const auto& h = handoff_[static_cast<std::size_t>(j) * peers_ + e]; h.feeds)
-                send(input_grad.bytes().subspan(h.offset, h.bytes), input_grad, rank_at(p - 1, e, 0),
-                     handoff_tag(true, j, e, q));
-          }
-          sends_.release(input_grad);
-          if (!split_) release(rec);
-          break;
-        }
-        case op_kind::weight:
-          ctx.output_grad = rec.output_grad.bytes();
-          call(op, ctx, clock);
-          release(rec);
-          break;
-      }
-      mem.end_op();
+  // The op loop's questions (see op_loop.hpp).
+  record& record_for(const pipeline_op& op) { return records_[op.microbatch]; }
+  microbatch_view samples_for(const pipeline_op& op) const {
+    return microbatch_view(batch_->samples, samples_of(op.microbatch, *batch_));
+  }
+  stage_type& stage_for(const pipeline_op&) noexcept { return stage_; }
+  void describe(context& ctx, const pipeline_op&) const noexcept {
+    ctx.stage = role_.position;
+    ctx.stages = positions_;
+    ctx.replica = role_.replica;
+    ctx.tp_rank = role_.tp_rank;
+    ctx.tp_size = tp_;
+  }
+  std::size_t output_bytes_for(const pipeline_op&, const microbatch_view& mb) { return output_bytes(mb); }
+  // The LLM's first stage (forward) and the encoder's last (backward) pass what
+  // their TP rank 0 assembled from hand-offs on to the other TP ranks.
+  void before_call(const pipeline_op& op, record& rec) {
+    if (role_.tp_rank != 0 || tp_ == 1 || !any_feeds_[op.microbatch]) return;
+    if (op.kind == op_kind::forward && llm_first()) broadcast(rec.input, false, op.microbatch);
+    if (op.kind == op_kind::backward && encoder_last()) broadcast(rec.output_grad, true, op.microbatch);
+  }
+  // F's output: to the same replica's next stage, or (encoder's last stage, TP
+  // rank 0) each fed LLM replica's rows straight to its first stage.
+  void forwarded(const pipeline_op& op, pooled_buffer& output) {
+    const std::uint32_t j = op.microbatch, p = role_.position, q = role_.replica;
+    if (!encoder_last()) {
+      this->send(output.bytes(), output, rank_at(p + 1, q, role_.tp_rank), pipeline_tag(false, j, p + 1));
+    } else if (role_.tp_rank == 0) {
+      for (std::uint32_t r = 0; r < llms_; ++r)
+        if (const auto& h = handoff_[static_cast<std::size_t>(j) * peers_ + r]; h.feeds)
+          this->send(output.bytes().subspan(h.offset, h.bytes), output, rank_at(p + 1, r, 0), handoff_tag(false, j, q, r));
     }
-    sends_.reap(*world_, true);
-
-    // Gradients over the (module, stage, TP rank) replicas, then the loss over the world.
-    detail::sum_gradients(*data_parallel_, stage_);
-    return detail::close_step(*world_, last && t == 0, losses_, pool_.allocations() - buffers_before, clock,
-                              result_);
   }
-
-  void call(const pipeline_op& op, context& ctx, detail::step_clock& clock) {
-    const double begin = clock.op_begin();
-    detail::call_stage(world_->rank(), stage_, ctx, !split_);
-    clock.op_end(op.kind, op.microbatch, op.stage, begin);
+  // B's input gradient: to the same replica's previous stage, or (LLM's first
+  // stage, TP rank 0) each feeding encoder replica the gradient of its rows.
+  void backpropagated(const pipeline_op& op, pooled_buffer& input_grad) {
+    const std::uint32_t j = op.microbatch, p = role_.position, q = role_.replica;
+    if (!llm_first()) {
+      this->send(input_grad.bytes(), input_grad, rank_at(p - 1, q, role_.tp_rank), pipeline_tag(true, j, p - 1));
+    } else if (role_.tp_rank == 0) {
+      for (std::uint32_t e = 0; e < encoders_; ++e)
+        if (const auto& h = handoff_[static_cast<std::size_t>(j) * peers_ + e]; h.feeds)
+          this->send(input_grad.bytes().subspan(h.offset, h.bytes), input_grad, rank_at(p - 1, e, 0),
+                     handoff_tag(true, j, e, q));
+    }
   }
+  // Gradients over the (module, stage, TP rank) replicas; each LLM replica's last
+  // stage counts its loss once, by TP rank 0.
+  void sum_gradients() { detail::sum_gradients(*data_parallel_, stage_); }
+  [[nodiscard]] bool holds_loss() const noexcept { return role_.position + 1 == positions_ && role_.tp_rank == 0; }
 
-  Communicator* world_;
   world_layout layout_;
-  executor_options options_;
   stage_type stage_;
-  buffer_pool<Communicator> pool_;
-  detail::send_queue<Communicator> sends_;
   std::optional<Communicator> data_parallel_;
   std::optional<Communicator> tensor_parallel_;
   rank_role role_;
@@ -391,19 +327,12 @@ private:
   std::uint32_t positions_ = 1;
   std::uint32_t encoders_ = 0;  // encoder replicas (0 without an encoder)
   std::uint32_t llms_ = 1;      // LLM replicas
-  std::uint32_t m_ = 0;
   std::uint32_t peers_ = 0;  // replicas of the other module this rank exchanges hand-offs with
-  bool split_ = false;
-  pipeline_schedule validated_;
+  const multimodal_batch* batch_ = nullptr;  // the step's batch, while it runs
   handoff_plan plan_;
   std::vector<handoff_bytes> handoff_;  // [j * peers_ + peer]
   std::vector<char> any_feeds_;         // per microbatch: some hand-off message arrives (TP peers need a copy)
   std::vector<std::size_t> offsets_;
-  std::vector<record> records_;
-  detail::receive_plan<Communicator> receives_;
-  std::vector<std::size_t> index_;  // each op's index in its position's list (in-order communicators)
-  std::vector<double> losses_;
-  step_result result_;
 };
 
 }  // namespace dflop

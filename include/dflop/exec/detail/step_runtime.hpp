@@ -57,9 +57,10 @@ void sum_gradients(Communicator& group, Slot& slot) {
 //! The step's clock: seconds since its start, and op times when asked for.
 class step_clock {
 public:
-  //! Starts the clock; records op times into `result` when `record`.
-  step_clock(bool record, step_result& result) noexcept
-      : start_(std::chrono::steady_clock::now()), record_(record), result_(&result) {}
+  //! Starts the clock (at `start`: when the step began); records op times into `result` when `record`.
+  step_clock(bool record, step_result& result,
+             std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now()) noexcept
+      : start_(start), record_(record), result_(&result) {}
   //! Seconds since the start.
   [[nodiscard]] double seconds() const noexcept {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
