@@ -138,6 +138,30 @@ TEST_CASE("schedule is reproducible for a seed and reproduces the plan's predict
   CHECK(mean == Approx(plan["iteration_seconds"].get<double>()).epsilon(1e-9));
 }
 
+TEST_CASE("schedule --method schedules a baseline's configuration as that method runs it", "[schedule][cli]") {
+  const auto& plan = saved_plan();
+  for (const char* method : {"data_blind", "dflop_reference"}) {
+    INFO(method);
+    const auto& baseline = plan["baselines"][method];
+    const auto scored = schedule_json(std::string("--method ") + method, std::string("schedule_") + method);
+    REQUIRE(scored.size() == plan["batches"].get<std::size_t>());
+    double mean = 0;
+    for (const auto& batch : scored) {
+      CHECK(batch["method"] == method);
+      const auto replicas = baseline["config"]["llm"]["dp"].get<std::size_t>();
+      CHECK(batch["llm_microbatches"].size() == replicas);
+      // Arrival order: slot k runs k-th.
+      for (std::size_t j = 0; j < batch["slot_order"].size(); ++j) CHECK(batch["slot_order"][j] == j);
+      mean += batch["predicted_seconds"].get<double>() / static_cast<double>(scored.size());
+    }
+    // On the batches the planner scored, the same prediction as the plan's baseline figure.
+    CHECK(mean == Approx(baseline["iteration_seconds"].get<double>()).epsilon(1e-9));
+  }
+  const auto unknown = run_cli("schedule --plan '" + plan_path + "' --method megatron", "schedule_unknown_method");
+  CHECK(unknown.exit_code == 2);
+  CHECK_THAT(unknown.err, Catch::Contains("no method 'megatron'"));
+}
+
 TEST_CASE("schedule prints a readable summary without --json", "[schedule][cli]") {
   saved_plan();
   const auto result = run_cli("schedule --plan '" + plan_path + "' --workload '" + trace_path + "' --batches 1",

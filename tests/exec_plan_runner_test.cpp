@@ -220,6 +220,19 @@ TEST_CASE("plan_runner: the 16-GPU onevision plan of siglip-400m+qwen2.5-7b runs
   check_against_reference(chosen, "dflop", 1, workload);
 }
 
+TEST_CASE("plan_runner: a planner's plan with TP and PP in the LLM (a model too big for one GPU) runs", "[exec][runner]") {
+  const auto model = find_model("siglip-400m+qwen2.5-32b");
+  const auto workload = generate_mixture("onevision", 2000, 5);
+  const cluster_spec cluster{16, 8, find_gpu("h100-80gb")};
+  auto options = quick_options(64);
+  options.baselines = false;
+  const auto chosen = test_pipeline::make_plan(workload, model, cluster, options);
+  INFO(chosen.chosen.config);
+  REQUIRE(chosen.chosen.config.llm.tp >= 2);
+  REQUIRE(chosen.chosen.config.llm.pp >= 2);
+  check_against_reference(chosen, "dflop", 1, workload);
+}
+
 TEST_CASE("plan_runner: clear errors for a wrong world, method, schedule or batch", "[exec][runner]") {
   const auto model = test::small_model();
   const auto workload = test::small_workload();

@@ -39,6 +39,7 @@ struct schedule_options {
   int batches = 0;       // 0: the plan's `batches`
   std::uint64_t seed = 0;
   bool seed_given = false;  // else the plan's `seed`
+  std::string method = "dflop";  // or a baseline: data_blind, dflop_reference
   bool json = false;
 };
 
@@ -46,6 +47,7 @@ struct schedule_options {
 struct scheduled_batch {
   std::vector<dflop::sample> samples;     // in draw order; the schedule's sample numbers index it
   std::uint64_t seed = 0;                 // the packing seed
+  std::string method;                     // whose configuration it was scheduled for
   dflop::batch_schedule schedule;         // microbatches, slot order, prediction
   std::vector<dflop::stage_memory> memory;  // per stage, heaviest microbatch
 };
@@ -55,13 +57,13 @@ struct scheduled_batch {
 using plan_pipeline =
     dflop::pipeline<dflop::flops_cost_model, dflop::min_max_layers, dflop::refined_packer, dflop::named_schedule>;
 
-//! Schedules `batch` for the plan's choice as a trainer would each iteration,
-//! with the plan's schedule, and prices its stages with the heaviest microbatch.
-void schedule_batch(const dflop::plan& plan, scheduled_batch& batch) {
+//! Schedules `batch` for `method`'s configuration of the plan as a trainer would
+//! each iteration, with the plan's schedule, and prices its stages with the heaviest microbatch.
+void schedule_batch(const dflop::plan& plan, const std::string& method, scheduled_batch& batch) {
   const plan_pipeline::policies with{.schedule = dflop::named_schedule(plan.schedule)};
-  batch.schedule = plan_pipeline::schedule_batch(plan, batch.samples, batch.seed, "dflop", with);
-  const dflop::plan_layout layout =
-      dflop::make_plan_layout(plan.chosen.config, plan.chosen.encoder, plan.chosen.llm, with.schedule);
+  batch.schedule = plan_pipeline::schedule_batch(plan, batch.samples, batch.seed, method, with);
+  const dflop::method_result& run = dflop::detail::method_of(plan, method);
+  const dflop::plan_layout layout = dflop::make_plan_layout(run.config, run.encoder, run.llm, with.schedule);
   batch.memory = dflop::heaviest_stage_memories(plan_pipeline::memory_model_type(plan.model_spec), layout,
                                                 batch.schedule, batch.samples);
 }
@@ -108,6 +110,7 @@ nlohmann::ordered_json batch_json(std::size_t index, const scheduled_batch& batc
   const dflop::parallel_config& config = batch.schedule.config;
   nlohmann::ordered_json out;
   out["batch"] = index;
+  out["method"] = batch.method;
   out["seed"] = batch.seed;
   out["predicted_seconds"] = batch.schedule.predicted_seconds;
   auto samples = nlohmann::json::array();
@@ -170,6 +173,7 @@ void print_batch(std::size_t index, const scheduled_batch& batch) {
 //! Draws, schedules and prints the batches.
 void run_schedule(const schedule_options& options) {
   const dflop::plan plan = dflop::read_plan(options.plan);
+  const dflop::method_result& run = dflop::detail::method_of(plan, options.method);  // an unknown method fails first
   const auto workload = options.workload.empty() ? dflop::default_workload() : dflop::read_trace_file(options.workload);
   const int batches = options.batches != 0 ? options.batches : plan.batches;
   if (batches < 1) throw dflop::input_error("--batches", 0, "must be at least 1, got " + std::to_string(batches));
@@ -182,9 +186,9 @@ void run_schedule(const schedule_options& options) {
 
   if (!options.json) {
     std::cout << "plan:     " << options.plan << ": " << plan.model << " on " << plan.cluster.gpus << " x "
-              << plan.cluster.gpu.name << ", encoder " << plan.chosen.config.encoder << ", llm "
-              << plan.chosen.config.llm << ", "
-              << plan.chosen.config.microbatches << " microbatches per replica, schedule " << plan.schedule << "\n";
+              << plan.cluster.gpu.name << ", method " << run.method << ": encoder " << run.config.encoder << ", llm "
+              << run.config.llm << ", " << run.config.microbatches << " microbatches per replica, schedule "
+              << plan.schedule << "\n";
     std::cout << "workload: "
               << (options.workload.empty()
                       ? "built-in mixture '" + std::string(dflop::default_mixture_name) + "' (" +
@@ -200,7 +204,8 @@ void run_schedule(const schedule_options& options) {
     scheduled_batch batch;
     batch.samples = dflop::gather_samples(workload, sampler.next());
     batch.seed = seed + k;
-    schedule_batch(plan, batch);
+    batch.method = run.method;
+    schedule_batch(plan, options.method, batch);
     total += batch.schedule.predicted_seconds;
     if (options.json)
       std::cout << batch_json(k, batch).dump() << "\n";
@@ -210,7 +215,7 @@ void run_schedule(const schedule_options& options) {
   if (!options.json)
     std::cout << "\nmean predicted iteration: " << fixed(total / batches, 3) << " s over "
               << batches << " batches (the plan predicted "
-              << fixed(plan.chosen.iteration_seconds, 3) << " s over its " << plan.batches
+              << fixed(run.iteration_seconds, 3) << " s over its " << plan.batches
               << " scored batches)\n";
 }
 
@@ -226,6 +231,9 @@ void install_schedule_command(CLI::App& app) {
       "--seed", options->seed,
       "sampling seed; batch k is packed with seed + k (default: the plan's `seed`, which with the planned "
       "workload gives the batches the planner scored)");
+  command->add_option("--method", options->method,
+                      "whose configuration: dflop (the plan's choice), data_blind or dflop_reference (the baselines, "
+                      "scheduled as those methods run: sequential or refined packing, slots in arrival order)");
   command->add_flag("--json", options->json, "print one JSON object per batch (JSON Lines)");
   command->callback([options, seed] {
     options->seed_given = seed->count() > 0;
