@@ -5,10 +5,16 @@
 //! split each slot's encoder work over the encoder replicas, price every op,
 //! order the slots and simulate. The planner scores configurations with it and
 //! the runtime calls it once per iteration, so what is predicted is what runs.
+//!
+//! A layout whose encoder has `pp == 0` has no encoder (as in `world_layout`): an
+//! LLM-only pipeline. Its samples are priced and packed on the LLM alone (the cost
+//! model is never asked about an encoder), and its schedules have no encoder
+//! parts, encoder costs or hand-offs: what the multimodal executor runs LLM-only.
 #pragma once
 
 #include <dflop/cost/cost_model.hpp>
 #include <dflop/cost/memory_model.hpp>
+#include <dflop/error.hpp>
 #include <dflop/model/multimodal_spec.hpp>
 #include <dflop/plan/batch_options.hpp>
 #include <dflop/plan/batch_schedule.hpp>
@@ -21,8 +27,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <span>
+#include <sstream>
 #include <vector>
 
 namespace dflop {
@@ -83,6 +91,24 @@ public:
     split_encoder_work(layout.config, out);
   }
 
+  //! Prices and simulates `out` as it stands (its microbatches, encoder parts and
+  //! slot order kept) with this scheduler's cost model and cluster: what a batch
+  //! scheduled earlier takes under a refined model or other links. `out` must have
+  //! been scheduled for `layout` from `batch`; `options` gives the weight-gradient
+  //! share. Sets `out.costs` and `out.predicted_seconds`. Throws `input_error` when
+  //! `out` was scheduled for another configuration.
+  void reprice(const plan_layout& layout, std::span<const sample> batch, const batch_options& options,
+               batch_schedule& out) {
+    if (out.config != layout.config) {
+      std::ostringstream text;
+      text << "reprice: the batch was scheduled for " << out.config << ", the layout is " << layout.config;
+      throw input_error("batch_schedule", 0, text.str());
+    }
+    fill_costs(layout, batch, options, out);
+    simulator_.simulate(layout.schedule, out.costs, result_, out.slot_order);
+    out.predicted_seconds = result_.makespan;
+  }
+
   //! Convenience: a fresh `batch_schedule`.
   [[nodiscard]] batch_schedule schedule(const plan_layout& layout, std::span<const sample> batch,
                                         const batch_options& options) {
@@ -101,17 +127,24 @@ private:
     order_and_simulate(layout, options, out);
   }
 
+  // Whether the configuration has an encoder module (`pp == 0`: LLM only).
+  [[nodiscard]] static bool has_encoder(const parallel_config& c) noexcept { return c.encoder.pp > 0; }
+
   // Per-sample 2-D costs in comparable units: a bin's LLM stage time, and its
   // share of the encoder stage time of its slot (a slot's encoder work for all
-  // llm.dp bins is spread over encoder.dp replicas).
+  // llm.dp bins is spread over encoder.dp replicas). Without an encoder the
+  // encoder column is 0: the packer balances the LLM alone.
   void price_samples(const plan_layout& layout, std::span<const sample> batch) {
     const parallel_config& c = layout.config;
-    const double encoder_scale = static_cast<double>(c.llm.dp) / (c.encoder.dp * c.encoder.pp);
+    const bool encoder = has_encoder(c);
+    const double encoder_scale = encoder ? static_cast<double>(c.llm.dp) / (c.encoder.dp * c.encoder.pp) : 0.0;
     encoder_cost_.resize(batch.size());
     sample_costs_.resize(batch.size() * 2);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const std::span<const sample> one(&batch[i], 1);
-      encoder_cost_[i] = cost_->estimate_time(module_kind::encoder, c.encoder.tp, one).whole(layout.encoder.layers()).total();
+      encoder_cost_[i] =
+          encoder ? cost_->estimate_time(module_kind::encoder, c.encoder.tp, one).whole(layout.encoder.layers()).total()
+                  : 0.0;
       const double llm = cost_->estimate_time(module_kind::llm, c.llm.tp, one).whole(layout.llm.layers()).total();
       sample_costs_[2 * i] = encoder_cost_[i] * encoder_scale;
       sample_costs_[2 * i + 1] = llm / c.llm.pp;
@@ -186,11 +219,13 @@ private:
     out.packing_lower_bound = packing_.lower_bound;
   }
 
-  // Each slot's samples with encoder work, heaviest first, to the least-loaded encoder replica.
+  // Each slot's samples with encoder work, heaviest first, to the least-loaded
+  // encoder replica. Without an encoder there are no parts (zero encoder replicas).
   void split_encoder_work(const parallel_config& c, batch_schedule& out) {
     const auto m = static_cast<std::size_t>(c.microbatches);
-    const auto encoder_replicas = static_cast<std::size_t>(c.encoder.dp);
+    const auto encoder_replicas = has_encoder(c) ? static_cast<std::size_t>(c.encoder.dp) : 0;
     out.encoder_parts.resize(encoder_replicas * m);
+    if (encoder_replicas == 0) return;
     for (auto& part : out.encoder_parts) part.clear();
     encoder_load_.resize(encoder_replicas);
     for (std::size_t k = 0; k < m; ++k) {
@@ -279,16 +314,22 @@ private:
     multimodal_costs& costs = out.costs;
     costs.microbatches = m;
     const bool split = layout.schedule.split_backward;
-    fill_module(module_kind::encoder, layout.encoder, ranks, batch, m, out.encoder_parts, split,
-                options.weight_gradient_share, costs.encoder);
+    if (has_encoder(c)) {
+      fill_module(module_kind::encoder, layout.encoder, ranks, batch, m, out.encoder_parts, split,
+                  options.weight_gradient_share, costs.encoder);
+    } else {
+      costs.encoder = module_costs{};  // no encoder: no stages, no replicas, no ops
+      costs.encoder.replicas = 0;
+    }
     fill_module(module_kind::llm, layout.llm, ranks, batch, m, out.llm_microbatches, split,
                 options.weight_gradient_share, costs.llm);
 
     // Hand-offs: each encoder replica sends each LLM replica the projected tokens
     // (LLM hidden size, bf16) of exactly the samples that replica needs.
-    const auto encoder_replicas = static_cast<std::size_t>(c.encoder.dp);
+    const auto encoder_replicas = has_encoder(c) ? static_cast<std::size_t>(c.encoder.dp) : 0;
     const auto llm_replicas = static_cast<std::size_t>(c.llm.dp);
     costs.handoffs.assign(encoder_replicas * m * llm_replicas, handoff{});
+    if (encoder_replicas == 0) return;
     owner_.assign(batch.size(), UINT32_MAX);
     for (std::size_t r = 0; r < llm_replicas; ++r)
       for (std::uint32_t k = 0; k < m; ++k)
