@@ -5,9 +5,12 @@
 //
 // With a cost model (`--op-cost-us A,B`, the emulated device time, or
 // `--cost-profile FILE`, a table `--profile` wrote) every step is planned: batch
-// k is drawn with seed + k, packed into the microbatches over the model's costs
-// and simulated, on a background thread `--lookahead` batches ahead; `--online`
-// refines the model from every step's op times (toy_runtime.hpp).
+// k is drawn with seed + k and scheduled by the library's batch_scheduler for the
+// toy's LLM-only layout (packed, slots ordered, simulated), on a background thread
+// `--lookahead` batches ahead, and run by plan_runner (the multimodal executor, in
+// the library's slot order); `--online` refines the model from every step's op
+// times (toy_runtime.hpp). Without a cost model the fixed batch runs in contiguous
+// microbatches on the single-module executor (any schedule, `--chunks`).
 //
 // With `--plan PLAN.json --emulate` it runs a saved plan instead: every rank of
 // the plan over emulated devices, batches scheduled by the library
@@ -21,6 +24,7 @@
 #include <dflop/cost/profile.hpp>
 #include <dflop/exec/executor.hpp>
 #include <dflop/exec/inproc_communicator.hpp>
+#include <dflop/exec/plan_runner.hpp>
 #include <dflop/exec/sequential_reference.hpp>
 #include <dflop/runtime/async_planner.hpp>
 #include <dflop/runtime/drift_monitor.hpp>
@@ -188,12 +192,11 @@ void report_summary(const options& o, const std::vector<double>& errors, const s
   }
 }
 
-// Learning rate per token, so the step size does not grow with the batch.
-double rate(const options& o, const dflop::step_batch& batch) {
+// Learning rate per token of the batch (every sample runs in one microbatch), so
+// the step size does not grow with the batch.
+double rate(const options& o, std::span<const dflop::sample> samples) {
   std::size_t tokens = 0;
-  for (std::uint32_t r = 0; r < o.replicas; ++r)
-    for (std::uint32_t j = 0; j < o.microbatches; ++j)
-      tokens += dflop::toy::tokens(batch.view(r, j, o.microbatches), toy_divisor);
+  for (const auto& s : samples) tokens += dflop::toy::tokens(s, toy_divisor);
   return o.learning_rate / static_cast<double>(tokens);
 }
 
@@ -204,19 +207,17 @@ dflop::fitted_cost_model seed_model(const options& o) {
   return dflop::toy::scaled_model(base, o.initial_cost_scale);
 }
 
-// What planned runs share: the workload batches are drawn from, the schedule, the seed model.
+// What planned runs share: the workload batches are drawn from, the seed model.
 struct planning_inputs {
   std::vector<dflop::sample> pool;
-  dflop::pipeline_schedule schedule;
   std::shared_ptr<const dflop::toy::model_snapshot> seed;
 
   explicit planning_inputs(const options& o)
       : pool(dflop::generate_mixture("onevision", std::max<std::size_t>(1024, 16 * o.samples), o.seed)),
-        schedule(dflop::make_schedule(o.schedule, {o.stages, o.microbatches}, o.chunks)),
         seed(std::make_shared<const dflop::toy::model_snapshot>(seed_model(o))) {}
 
   [[nodiscard]] dflop::toy::plan_setup setup(const options& o) const {
-    return {pool, o.samples, o.seed, o.replicas, o.microbatches, &schedule, toy_divisor};
+    return {pool, o.samples, o.seed, o.replicas, o.microbatches, o.stages, o.schedule, toy_divisor, o.hidden};
   }
   // A typical microbatch's toy tokens: conditions the online estimator.
   [[nodiscard]] double typical_microbatch_tokens(const options& o) const {
@@ -227,20 +228,20 @@ struct planning_inputs {
   }
 };
 
-// One rank's planned training: plans ahead on a background thread, runs each
-// step, shares the op times, refines the model (--online), reports on rank 0.
+// One rank's planned training: plans ahead on a background thread (the library's
+// batch_scheduler), runs each step with plan_runner, shares the op times, refines
+// the model (--online), reports on rank 0.
 template <class Communicator>
 void train_planned(Communicator& comm, const options& o, const char* mode) {
   const planning_inputs inputs(o);
-  const auto& schedule = inputs.schedule;
-  const std::uint32_t model_stages = schedule.stages();
-  const auto pipeline_rank = static_cast<std::uint32_t>(comm.rank()) % o.stages;
-  const bool replica_zero = static_cast<std::uint32_t>(comm.rank()) < o.stages;
+  const std::uint32_t model_stages = o.stages;
+  dflop::toy::batch_planner fitter(inputs.setup(o));  // the trainer thread's, for fitting hop times
   int step = 0;
-  std::vector<toy_stage> stages;
-  for (std::uint32_t c = 0; c < o.chunks; ++c) stages.emplace_back(c * o.stages + pipeline_rank, o, &step);
-  dflop::executor<Communicator, toy_stage> run(comm, o.stages, std::move(stages),
-                                               {.watchdog_seconds = o.watchdog, .record_op_times = true});
+  // The rank's stage: the LLM stage its role names (world rank = replica x stages + stage, as before).
+  dflop::plan_runner<dflop::named_schedule, Communicator, toy_stage> run(
+      fitter.layout(), comm, [&](const dflop::stage_assignment& a) { return toy_stage(a.role.stage, o, &step); },
+      {.watchdog_seconds = o.watchdog, .record_op_times = true});
+  const bool replica_zero = run.assignment().role.replica == 0;
 
   dflop::online_cost_model online(inputs.seed->ops, {.forgetting = o.forgetting,
                                                  .reference_tokens = inputs.typical_microbatch_tokens(o)});
@@ -250,7 +251,7 @@ void train_planned(Communicator& comm, const options& o, const char* mode) {
   // and the plan does not depend on timing. Declared before the planner: outlives its thread.
   dflop::toy::snapshot_board board;
   const std::uint64_t delay = o.lookahead + 1;
-  auto plan = [&, planner = dflop::toy::batch_planner(inputs.setup(o))](std::uint64_t k, std::stop_token stop) mutable {
+  auto plan = [&, planner = dflop::toy::batch_planner(inputs.setup(o))](std::uint64_t k, std::stop_token stop) {
     std::shared_ptr<const dflop::toy::model_snapshot> model = inputs.seed;
     if (o.online && k >= delay) model = board.wait_for(k - delay, stop);
     if (!model) throw dflop::error("planning stopped");  // the planner is shutting down
@@ -262,25 +263,22 @@ void train_planned(Communicator& comm, const options& o, const char* mode) {
   // Measured vs predicted step time, as a ratio: each batch has its own prediction.
   dflop::drift_monitor drift(1.0, {.threshold = 0.10, .window = 5, .min_samples = 3});
   std::vector<double> errors, planning, waits, measured;
-  dflop::toy::batch_planner fitter(inputs.setup(o));  // the trainer thread's, for fitting hop times
   std::deque<double> hops;
   for (; step < o.steps; ++step) {
     const auto asked = std::chrono::steady_clock::now();
     const auto batch = ahead ? ahead->next() : plan(static_cast<std::uint64_t>(step), std::stop_token{});
-    step_figures figures{batch.predicted_seconds, batch.planning_seconds,
+    step_figures figures{batch.predicted_seconds(), batch.planning_seconds,
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count(),
                          batch.hop_seconds, {}, {}};
-    const auto result = run.step(schedule, batch.batch());
-    const double lr = rate(o, batch.batch());
-    for (auto& stage : run.stages()) stage.apply(lr);
+    const auto result = run.step(batch.schedule, batch.samples);
+    run.stage().apply(rate(o, batch.samples));
 
     const auto shared = dflop::toy::share_step(comm, result, batch, replica_zero, o.microbatches, model_stages);
     const double seconds = shared.seconds;
     if (o.online) {
       // Same observations in the same order on every rank: identical models everywhere.
       for (std::uint32_t j = 0; j < o.microbatches; ++j) {
-        const auto mb = batch.priced_view_of(0, j, o.microbatches);
-        const std::vector<dflop::sample> members(mb.begin(), mb.end());
+        const auto members = batch.priced_members(0, j);  // replica 0's microbatch j, in the model's view
         for (std::uint32_t s = 0; s < model_stages; ++s)
           for (bool backward : {false, true}) {
             const double op_seconds = shared.op_seconds[dflop::toy::op_slot(j, s, model_stages, backward)];
@@ -326,7 +324,7 @@ void train(Communicator& comm, const options& o, const dflop::step_batch& batch,
   std::vector<toy_stage> stages;
   for (std::uint32_t c = 0; c < o.chunks; ++c) stages.emplace_back(c * o.stages + pipeline_rank, o, &step);
   dflop::executor<Communicator, toy_stage> run(comm, o.stages, std::move(stages), {.watchdog_seconds = o.watchdog});
-  const double lr = rate(o, batch);
+  const double lr = rate(o, batch.samples);
   for (; step < o.steps; ++step) {
     const auto result = run.step(schedule, batch);
     for (auto& stage : run.stages()) stage.apply(lr);
@@ -334,10 +332,11 @@ void train(Communicator& comm, const options& o, const dflop::step_batch& batch,
   }
 }
 
-// The same model in one thread; planned runs replay the same plans (from the seed model).
+// The same model in one thread; planned runs replay the same plans (from the seed
+// model) with the multimodal reference, in the library's slot order.
 int run_reference(const options& o, const dflop::step_batch& fixed) {
   int step = 0;
-  std::vector<toy_stage> stages;
+  std::vector<toy_stage> stages, no_encoder;
   for (std::uint32_t s = 0; s < o.stages * o.chunks; ++s) stages.emplace_back(s, o, &step);
   std::optional<planning_inputs> inputs;
   std::optional<dflop::toy::batch_planner> planner;
@@ -346,12 +345,16 @@ int run_reference(const options& o, const dflop::step_batch& fixed) {
     planner.emplace(inputs->setup(o));
   }
   for (; step < o.steps; ++step) {
-    std::optional<dflop::toy::planned_batch> planned;
-    if (planner) planned = planner->plan(static_cast<std::uint64_t>(step), *inputs->seed);
-    const dflop::step_batch batch = planned ? planned->batch() : fixed;
     const auto start = std::chrono::steady_clock::now();
-    const double loss = dflop::run_sequential(stages, batch, o.microbatches, o.replicas);
-    for (auto& stage : stages) stage.apply(rate(o, batch));
+    double loss = 0;
+    if (planner) {
+      const auto planned = planner->plan(static_cast<std::uint64_t>(step), *inputs->seed);
+      loss = dflop::run_sequential(no_encoder, stages, planned.view(), o.microbatches);
+      for (auto& stage : stages) stage.apply(rate(o, planned.samples));
+    } else {
+      loss = dflop::run_sequential(stages, fixed, o.microbatches, o.replicas);
+      for (auto& stage : stages) stage.apply(rate(o, fixed.samples));
+    }
     report(o, step, loss, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), "reference");
   }
   return 0;
@@ -385,6 +388,10 @@ void check(const options& o) {
     throw dflop::input_error("--initial-cost-scale", 0, "must be finite and > 0");
   if (o.reference && o.online)
     throw dflop::input_error("--reference", 0, "cannot replay --online plans (they depend on measured op times)");
+  if (o.planned() && o.chunks != 1)
+    throw dflop::input_error("--chunks", 0,
+                             "planned steps (--op-cost-us, --cost-profile) run one-chunk schedules: the library's "
+                             "batch scheduler and the multimodal executor take one chunk per rank");
   if (!o.profile_out.empty() && o.profile_sizes.size() < 3)
     throw dflop::input_error("--profile-sizes", 0, "needs at least 3 sizes for the fit");
 }

@@ -4,11 +4,15 @@
 //! over a microbatch's tokens (a sample of L LLM tokens has max(1, L / divisor)
 //! toy tokens), the last stage's loss is 0.5 |y - target|^2. Variable shapes,
 //! real gradients, split weight pass: enough to check a pipeline bit for bit.
+//! The stages read only the context's microbatch, buffers and memory, so either
+//! executor drives them (the multimodal one's `ctx.stage` is the pipeline
+//! position, which for an LLM-only layout is the model stage).
 #pragma once
 
 #include <dflop/exec/gradient_buffer.hpp>
 #include <dflop/exec/microbatch_view.hpp>
 #include <dflop/exec/stage.hpp>
+#include <dflop/workload/sample.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -18,10 +22,15 @@
 
 namespace dflop::toy {
 
-//! Toy tokens of a microbatch: max(1, llm_tokens / divisor) per sample.
+//! Toy tokens of one sample: max(1, llm_tokens / divisor).
+[[nodiscard]] inline std::size_t tokens(const sample& s, std::int64_t divisor) noexcept {
+  return static_cast<std::size_t>(s.llm_tokens / divisor > 0 ? s.llm_tokens / divisor : 1);
+}
+
+//! Toy tokens of a microbatch: the sum over its samples.
 [[nodiscard]] inline std::size_t tokens(const microbatch_view& mb, std::int64_t divisor) {
   std::size_t total = 0;
-  for (const auto& s : mb) total += static_cast<std::size_t>(s.llm_tokens / divisor > 0 ? s.llm_tokens / divisor : 1);
+  for (const auto& s : mb) total += tokens(s, divisor);
   return total;
 }
 
@@ -127,7 +136,7 @@ private:
   void embed(const microbatch_view& mb, std::span<double> x) const {
     std::size_t row = 0;
     for (std::size_t s = 0; s < mb.size(); ++s) {
-      const auto count = static_cast<std::size_t>(mb[s].llm_tokens / divisor_ > 0 ? mb[s].llm_tokens / divisor_ : 1);
+      const std::size_t count = tokens(mb[s], divisor_);
       for (std::size_t t = 0; t < count; ++t, ++row)
         for (std::size_t k = 0; k < hidden_; ++k)
           x[row * hidden_ + k] = std::sin(0.37 * static_cast<double>(mb.indices()[s]) + 0.11 * static_cast<double>(t) +

@@ -1,30 +1,37 @@
 // SPDX-License-Identifier: Apache-2.0
 //! \file
-//! The toy trainer's runtime loop: what it prices, how it plans a batch (sample,
-//! pack over the cost model, simulate the schedule), how model snapshots reach the
-//! planning thread, and how every rank learns every op time.
+//! The toy trainer's runtime loop: what it prices, how a batch is planned (by the
+//! library's `batch_scheduler`, for the toy's LLM-only layout), how model
+//! snapshots reach the planning thread, and how every rank learns every op time.
 //!
 //! Cost model of the toy: every model stage is one layer of an LLM-like module
 //! (`{llm, layer}` at TP 1) over the microbatch's toy tokens (a sample of L LLM
 //! tokens has max(1, L / divisor) of them), so the model prices the batch's
-//! "toy view": each sample with its toy tokens as `llm_tokens`.
+//! "toy view": each sample with its toy tokens as `llm_tokens`. To the library the
+//! toy is a model without an encoder (encoder pp 0) whose LLM has one layer per
+//! stage: LLM tp 1, pp = stages, dp = replicas, m microbatches.
 #pragma once
 
 #include "emulated_device.hpp"
+#include "toy_model.hpp"
 
 #include <dflop/cost/fitted_cost_model.hpp>
-#include <dflop/cost/microbatch_shape.hpp>
+#include <dflop/cost/memory_model.hpp>
 #include <dflop/cost/profile.hpp>
 #include <dflop/error.hpp>
 #include <dflop/exec/gradient_buffer.hpp>
-#include <dflop/exec/microbatch_view.hpp>
+#include <dflop/exec/handoff.hpp>
 #include <dflop/exec/step_result.hpp>
 #include <dflop/model/module_kind.hpp>
-#include <dflop/plan/pack/cost_matrix.hpp>
+#include <dflop/model/multimodal_spec.hpp>
+#include <dflop/plan/batch_options.hpp>
+#include <dflop/plan/batch_schedule.hpp>
+#include <dflop/plan/batch_scheduler.hpp>
+#include <dflop/plan/cluster.hpp>
 #include <dflop/plan/pack/refined_packer.hpp>
+#include <dflop/plan/plan_layout.hpp>
+#include <dflop/schedule/by_name.hpp>
 #include <dflop/schedule/op.hpp>
-#include <dflop/sim/costs.hpp>
-#include <dflop/sim/pipeline_simulator.hpp>
 #include <dflop/workload/sample.hpp>
 #include <dflop/workload/sampling.hpp>
 
@@ -33,6 +40,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -49,7 +57,7 @@ inline constexpr module_piece stage_piece{module_kind::llm, module_part::layer};
 //! The cost model's view of `s`: its toy tokens as its LLM tokens.
 [[nodiscard]] inline sample priced_view(const sample& s, std::int64_t divisor) {
   sample view = s;
-  view.llm_tokens = s.llm_tokens / divisor > 0 ? s.llm_tokens / divisor : 1;
+  view.llm_tokens = static_cast<std::int64_t>(tokens(s, divisor));
   return view;
 }
 
@@ -80,6 +88,17 @@ inline constexpr module_piece stage_piece{module_kind::llm, module_part::layer};
   return fitted_cost_model(std::move(curves));
 }
 
+//! The toy's memory model for the scheduler: no gradient bytes. A stage's weights
+//! are (hidden + 1) x hidden doubles, so their all-reduce is one of the step's
+//! final small reductions, which the fitted hop time accounts for with the rest.
+struct toy_memory {
+  //! See `memory_model`: nothing the scheduler needs to price.
+  [[nodiscard]] memory_breakdown estimate_memory(module_kind, int, stage_slice, int, std::span<const sample>) const {
+    return {};
+  }
+};
+static_assert(memory_model<toy_memory>);
+
 //! What planning prices with: the per-op curve, and the time a message hop adds on
 //! top of the ops (latency and wake-up; fitted from whole steps, `fit_hop_seconds`).
 struct model_snapshot {
@@ -89,83 +108,109 @@ struct model_snapshot {
   explicit model_snapshot(fitted_cost_model op_model, double hop = 0) : ops(std::move(op_model)), hop_seconds(hop) {}
 };
 
-//! One planned batch: its samples, their microbatches, and the prediction made before it ran.
-struct planned_batch {
-  std::uint64_t index = 0;                               //!< batch (= step) index
-  std::vector<sample> samples;                           //!< what the stages run on
-  std::vector<sample> priced;                            //!< the same in the cost model's view
-  std::vector<std::vector<std::uint32_t>> microbatches;  //!< replica-major index lists
-  double predicted_seconds = 0;                          //!< simulated step time (slowest replica)
-  double planning_seconds = 0;                           //!< time planning took (on the planning thread)
-  double hop_seconds = 0;                                //!< the model's hop time in the prediction
+//! Everything planning a batch reads; constant while the trainer runs.
+struct plan_setup {
+  std::span<const sample> pool;     //!< workload the batches are drawn from
+  std::size_t batch_size = 64;      //!< samples per global batch
+  std::uint64_t seed = 1;           //!< batch k is drawn with seed + k (and packed with it)
+  std::uint32_t replicas = 1;       //!< data-parallel replicas
+  std::uint32_t microbatches = 8;   //!< microbatches per replica
+  std::uint32_t stages = 4;         //!< pipeline stages (one toy layer each)
+  std::string schedule = "1f1b";    //!< one-chunk schedule every replica runs
+  std::int64_t divisor = 256;       //!< LLM tokens per toy token
+  std::size_t hidden = 16;          //!< width of every toy layer
+};
 
-  //! The executor's view of it.
-  [[nodiscard]] step_batch batch() const { return {samples, microbatches}; }
-  //! Replica `replica`'s microbatch `j` (of `m`) in the cost model's view.
-  [[nodiscard]] microbatch_view priced_view_of(std::uint32_t replica, std::uint32_t j, std::uint32_t m) const {
-    return step_batch{priced, microbatches}.view(replica, j, m);
+//! The toy as the library sees it: no encoder (pp 0), an LLM of one layer per
+//! stage at TP 1, `stages` deep and `replicas` wide, with `setup.schedule`.
+//! \throws schedule_error for an unknown schedule name.
+[[nodiscard]] inline plan_layout toy_layout(const plan_setup& setup) {
+  const auto stages = static_cast<int>(setup.stages);
+  const module_parallelism no_encoder{1, 0, 1};
+  const module_parallelism llm{1, stages, static_cast<int>(setup.replicas)};
+  module_plan layers{llm, {}};
+  for (int s = 0; s <= stages; ++s) layers.first_layer.push_back(s);
+  return make_plan_layout(parallel_config{no_encoder, llm, static_cast<int>(setup.microbatches)},
+                          module_plan{no_encoder, {0}}, std::move(layers), named_schedule(setup.schedule));
+}
+
+//! The toy's shapes for the scheduler, which reads the LLM's hidden size (to size
+//! activations; the toy's links ignore sizes, see `toy_cluster`) and layers.
+[[nodiscard]] inline multimodal_spec toy_model_spec(const plan_setup& setup) {
+  const auto hidden = static_cast<std::int64_t>(setup.hidden);
+  const auto layers = static_cast<std::int64_t>(setup.stages);
+  return combine(vit_spec{}, llm_spec{"toy-mlp", layers, hidden, hidden, 1, 1, 1, false}, "toy");
+}
+
+//! The toy's cluster: every rank on one node, links that take `hop_seconds` per
+//! message whatever its size (the toy's activations are a few kilobytes; what a
+//! hop costs is latency and waking the receiver, fitted from measured steps).
+[[nodiscard]] inline cluster_spec toy_cluster(const plan_setup& setup, double hop_seconds) {
+  const int ranks = static_cast<int>(setup.stages * setup.replicas);
+  constexpr double unbounded = std::numeric_limits<double>::infinity();
+  return {ranks, ranks, gpu_spec{"toy-rank", 0, 0, unbounded, unbounded, hop_seconds}};
+}
+
+//! How batch `index` is scheduled: packed with seed + index; no weight-gradient
+//! share, since a toy stage does its whole emulated backward in B (its W is free).
+[[nodiscard]] inline batch_options toy_batch_options(const plan_setup& setup, std::uint64_t index) {
+  batch_options options;
+  options.seed = setup.seed + index;
+  options.weight_gradient_share = 0;
+  return options;
+}
+
+//! One planned batch: its samples and the library's schedule of them, made before it ran.
+struct planned_batch {
+  std::uint64_t index = 0;      //!< batch (= step) index
+  std::vector<sample> samples;  //!< what the stages run on
+  std::vector<sample> priced;   //!< the same in the cost model's view (what was scheduled)
+  batch_schedule schedule;      //!< microbatches, slot order, per-op costs and the prediction
+  double planning_seconds = 0;  //!< time planning took (on the planning thread)
+  double hop_seconds = 0;       //!< the model's hop time in the prediction
+
+  //! The simulated step time.
+  [[nodiscard]] double predicted_seconds() const noexcept { return schedule.predicted_seconds; }
+  //! The multimodal executor's (and the sequential reference's) view of it.
+  [[nodiscard]] multimodal_batch view() const {
+    return {samples, schedule.llm_microbatches, schedule.encoder_parts, schedule.slot_order};
+  }
+  //! In the cost model's view, the samples replica `replica` runs as schedule
+  //! microbatch `j` (slot `slot_order[j]`): what its ops' measured times are of.
+  [[nodiscard]] std::vector<sample> priced_members(std::uint32_t replica, std::uint32_t j) const {
+    const auto slot = static_cast<int>(schedule.slot_order.empty() ? j : schedule.slot_order[j]);
+    std::vector<sample> out;
+    for (auto i : schedule.llm_microbatch(static_cast<int>(replica), slot)) out.push_back(priced[i]);
+    return out;
   }
 };
 
-//! Everything planning a batch reads; constant while the trainer runs.
-struct plan_setup {
-  std::span<const sample> pool;            //!< workload the batches are drawn from
-  std::size_t batch_size = 64;             //!< samples per global batch
-  std::uint64_t seed = 1;                  //!< batch k is drawn with seed + k (and packed with it)
-  std::uint32_t replicas = 1;              //!< data-parallel replicas
-  std::uint32_t microbatches = 8;          //!< microbatches per replica
-  const pipeline_schedule* schedule = nullptr;  //!< the schedule every replica runs
-  std::int64_t divisor = 256;              //!< LLM tokens per toy token
-};
-
-//! The samples of `lists` (an index list) copied out of `samples`.
-[[nodiscard]] inline std::vector<sample> gather(std::span<const sample> samples, std::span<const std::uint32_t> list) {
-  std::vector<sample> out;
-  out.reserve(list.size());
-  for (auto i : list) out.push_back(samples[i]);
-  return out;
-}
+//! The library's scheduler over the toy's cost model snapshot and memory model.
+using toy_scheduler = batch_scheduler<fitted_cost_model, toy_memory, refined_packer>;
 
 //! Plans batches: a pure function of (batch index, model), so every rank plans the
-//! same, whatever thread or timing. Keeps its buffers between calls.
+//! same, whatever thread or timing. Draws the batch; the library packs, orders,
+//! prices and simulates it.
 class batch_planner {
 public:
-  explicit batch_planner(plan_setup setup) : setup_(setup) {}
+  //! \throws schedule_error for an unknown schedule name (`toy_layout`).
+  explicit batch_planner(plan_setup setup)
+      : setup_(std::move(setup)), layout_(toy_layout(setup_)), model_(toy_model_spec(setup_)) {}
 
-  //! Draws batch `index`, packs it into replicas x m microbatches with the refined
-  //! packer over `model`'s per-sample costs, and simulates the schedule with the
-  //! model's per-op costs and hop time: the predicted step time is the slowest replica's makespan.
-  [[nodiscard]] planned_batch plan(std::uint64_t index, const model_snapshot& snapshot) {
-    const fitted_cost_model& model = snapshot.ops;
+  //! Draws batch `index` and schedules it with `batch_scheduler` for the toy's
+  //! layout under `snapshot` (op curve, and hop time on every link): packed into
+  //! replicas x m microbatches, slots ordered, predicted by the multimodal simulator.
+  [[nodiscard]] planned_batch plan(std::uint64_t index, const model_snapshot& snapshot) const {
     const auto start = std::chrono::steady_clock::now();
     planned_batch out;
     out.index = index;
     out.samples = sample_batch(setup_.pool, setup_.batch_size, batch_mode::without_replacement, setup_.seed + index);
     out.priced.reserve(out.samples.size());
     for (const auto& s : out.samples) out.priced.push_back(priced_view(s, setup_.divisor));
-
-    // The packer balances what grows with a sample: the constant of the curve is
-    // paid once per microbatch whatever the packing, so it is left out of the
-    // per-sample price (pricing each sample alone would count it once per sample).
-    const fitted_curve* curve = nullptr;
-    for (const auto& c : model.curves())
-      if (c.piece == stage_piece && c.tp == 1) curve = &c;
-    if (!curve) throw error("dflop-train-toy: the cost model has no 'llm' curve at tp 1");
-    std::vector<double> costs(out.priced.size());
-    for (std::size_t i = 0; i < costs.size(); ++i) {
-      const auto n = static_cast<double>(out.priced[i].llm_tokens);
-      costs[i] = std::max(0.0, (curve->forward.b + curve->backward.b) * n + (curve->forward.c + curve->backward.c) * n * n);
-    }
-    const std::size_t bins = static_cast<std::size_t>(setup_.replicas) * setup_.microbatches;
-    const std::size_t count = costs.size();
-    refined_packer{}.pack(cost_matrix(count, 1, std::move(costs)), bins, {.seed = setup_.seed + index}, workspace_,
-                          packing_);
-    out.microbatches.assign(bins, {});
-    for (std::size_t b = 0; b < bins; ++b)
-      for (std::size_t i : packing_.bin(b)) out.microbatches[b].push_back(static_cast<std::uint32_t>(i));
-
-    out.predicted_seconds = predict(out, snapshot);
-    if (!(out.predicted_seconds > 0))
+    const cluster_spec cluster = toy_cluster(setup_, snapshot.hop_seconds);
+    toy_scheduler(model_, cluster, snapshot.ops, memory_)
+        .schedule(layout_, out.priced, toy_batch_options(setup_, index), out.schedule);
+    if (!(out.predicted_seconds() > 0))
       throw error("dflop-train-toy: the cost model predicts no time for batch " + std::to_string(index) +
                   ": its curve is <= 0 at every microbatch size of the batch (profile over the toy-token range "
                   "the microbatches use)");
@@ -174,21 +219,20 @@ public:
     return out;
   }
 
-  //! The simulated step time of `batch` (as packed) under `snapshot`: the slowest
-  //! replica's makespan with the model's per-op costs and hop time.
-  [[nodiscard]] double predict(const planned_batch& batch, const model_snapshot& snapshot) {
-    price_ops(batch, snapshot.ops);
-    return makespan(snapshot.hop_seconds);
-  }
-
-  //! The hop time with which `snapshot.ops` (its hop time ignored) predicts the step
-  //! `batch` took `measured` seconds: what the modelled ops do not explain (message
-  //! latency, waking a waiting rank, the final reductions, the longest of noisy
-  //! paths), spread over the critical path's cross-rank hops. 0 when the ops alone
-  //! predict `measured` or more, or no op crosses ranks. Bisection: the makespan
-  //! grows with the hop time.
+  //! The hop time with which `ops` predicts the step `batch` took `measured`
+  //! seconds: what the modelled ops do not explain (message latency, waking a
+  //! waiting rank, the final reductions, the longest of noisy paths), spread over
+  //! the critical path's cross-rank hops. 0 when the ops alone predict `measured`
+  //! or more, or no op crosses ranks. Bisection on `batch_scheduler::reprice` of
+  //! the batch as planned (the makespan grows with the hop time).
   [[nodiscard]] double fit_hop_seconds(const planned_batch& batch, const fitted_cost_model& ops, double measured) {
-    price_ops(batch, ops);
+    repriced_ = batch.schedule;
+    const batch_options options = toy_batch_options(setup_, batch.index);
+    const auto makespan = [&](double hop) {
+      const cluster_spec cluster = toy_cluster(setup_, hop);
+      toy_scheduler(model_, cluster, ops, memory_).reprice(layout_, batch.priced, options, repriced_);
+      return repriced_.predicted_seconds;
+    };
     if (makespan(0) >= measured || makespan(measured) < measured) return 0;
     double low = 0, high = measured;
     for (int i = 0; i < 40; ++i) {
@@ -198,46 +242,15 @@ public:
     return 0.5 * (low + high);
   }
 
+  //! The layout every batch is scheduled for (and the runner runs).
+  [[nodiscard]] const plan_layout& layout() const noexcept { return layout_; }
+
 private:
-  // Per replica, the per-op costs of `batch` under `model` (every stage is one layer).
-  void price_ops(const planned_batch& batch, const fitted_cost_model& model) {
-    const std::uint32_t m = setup_.microbatches, stages = setup_.schedule->stages();
-    op_costs_.resize(setup_.replicas);
-    for (std::uint32_t r = 0; r < setup_.replicas; ++r) {
-      pipeline_costs& costs = op_costs_[r];
-      costs.microbatches = m;
-      costs.stages = stages;
-      costs.forward.resize(static_cast<std::size_t>(m) * stages);
-      costs.backward.resize(costs.forward.size());
-      for (std::uint32_t j = 0; j < m; ++j) {
-        const auto members = gather(batch.priced, batch.microbatches[static_cast<std::size_t>(r) * m + j]);
-        const pass_time t = model.estimate_part(stage_piece, 1, shape_of(module_kind::llm, members));
-        for (std::uint32_t s = 0; s < stages; ++s) {
-          costs.forward[costs.at(j, s)] = t.forward;
-          costs.backward[costs.at(j, s)] = t.backward;  // B ops run the whole backward (W is 0)
-        }
-      }
-    }
-  }
-
-  // The slowest replica's makespan with the priced ops and `hop` per cross-rank dependency.
-  [[nodiscard]] double makespan(double hop) {
-    double slowest = 0;
-    for (auto& costs : op_costs_) {
-      if (hop > 0) costs.transfer.assign(costs.forward.size(), hop);
-      else costs.transfer.clear();
-      simulator_.simulate(*setup_.schedule, costs, simulated_);
-      slowest = std::max(slowest, simulated_.makespan);
-    }
-    return slowest;
-  }
-
   plan_setup setup_;
-  pack_workspace workspace_;
-  packing packing_;
-  std::vector<pipeline_costs> op_costs_;
-  pipeline_simulator simulator_;
-  simulation_result simulated_;
+  plan_layout layout_;
+  multimodal_spec model_;
+  toy_memory memory_;
+  batch_schedule repriced_;  // fit_hop_seconds' scratch
 };
 
 //! Model snapshots published by the trainer after each step, read by the planning
@@ -265,17 +278,21 @@ private:
   std::vector<std::shared_ptr<const model_snapshot>> published_;
 };
 
-//! Where op (microbatch j, model stage s, pass) sits in the shared op-time vector.
+//! Where op (schedule microbatch j, model stage s, pass) sits in the shared op-time
+//! vector; j is the executor's `op.microbatch`, which runs slot `slot_order[j]`.
 [[nodiscard]] inline std::size_t op_slot(std::uint32_t j, std::uint32_t s, std::uint32_t stages, bool backward) noexcept {
   return (static_cast<std::size_t>(j) * stages + s) * 2 + (backward ? 1 : 0);
 }
 
-//! A number that differs between two packings of a batch (exact in a double).
+//! A number that differs between two packings or slot orders of a batch (exact in a double).
 [[nodiscard]] inline double plan_fingerprint(const planned_batch& batch) {
+  const auto& lists = batch.schedule.llm_microbatches;
   double sum = 0;
-  for (std::size_t b = 0; b < batch.microbatches.size(); ++b)
-    for (std::size_t p = 0; p < batch.microbatches[b].size(); ++p)
-      sum += static_cast<double>((batch.microbatches[b][p] + 1) * (b * 1009 + p + 1) % 1000003);
+  for (std::size_t b = 0; b < lists.size(); ++b)
+    for (std::size_t p = 0; p < lists[b].size(); ++p)
+      sum += static_cast<double>((lists[b][p] + 1) * (b * 1009 + p + 1) % 1000003);
+  for (std::size_t j = 0; j < batch.schedule.slot_order.size(); ++j)
+    sum += static_cast<double>((batch.schedule.slot_order[j] + 1) * (j + 7919) % 1000003);
   return sum;
 }
 
@@ -290,7 +307,7 @@ struct shared_step {
 //! time and plan fingerprint). Only replica 0's ranks contribute op times (other
 //! replicas run other microbatches), so each entry has exactly one non-zero term:
 //! the sum is exact and the same on every rank. Collective: all ranks call it.
-//! 	hrows dflop::error when a rank planned the batch differently from rank 0.
+//! \throws dflop::error when a rank planned the batch differently from rank 0.
 template <class Communicator>
 [[nodiscard]] shared_step share_step(Communicator& world, const step_result& result, const planned_batch& batch,
                                      bool contribute, std::uint32_t m, std::uint32_t stages) {
@@ -301,7 +318,7 @@ template <class Communicator>
     for (const op_time& op : result.op_times)
       shared[op_slot(op.microbatch, op.stage, stages, op.kind != op_kind::forward)] += op.end - op.start;
   shared[ops + 3 * rank] = result.seconds;
-  shared[ops + 3 * rank + 1] = batch.predicted_seconds;
+  shared[ops + 3 * rank + 1] = batch.predicted_seconds();
   shared[ops + 3 * rank + 2] = plan_fingerprint(batch);
   world.all_reduce_sum(gradient_buffer::of(std::span<double>(shared)), world.resource());
   shared_step out;
