@@ -98,8 +98,17 @@ TEST_CASE("multimodal 1F1B with encoder DP 2 and LLM DP 4 matches the hand-built
   CHECK(result.busy[costs.encoder_rank(0, 1)] == Approx(12));
   CHECK(result.busy[costs.llm_rank(1, 3)] == Approx(8));
   CHECK(result.bubble_fraction == Approx(1.0 - 71.0 / 201.0));
-  // Peaks follow the logical pipeline's positions: min(3 - p, 2).
-  CHECK(result.peak_activations == std::vector<std::uint32_t>{2, 2, 2, 2, 2, 2, 1, 1, 1, 1});
+  // Peaks follow the logical pipeline's positions: min(3 - p, 2). Ranks in
+  // world_layout order: encoder replicas 0, 1, then LLM replica by replica (stage 0, stage 1).
+  CHECK(result.peak_activations == std::vector<std::uint32_t>{2, 2, 2, 1, 2, 1, 2, 1, 2, 1});
+  const world_layout layout = costs.layout();
+  for (std::uint32_t r = 0; r < costs.ranks(); ++r) {
+    const rank_role role = layout.role(static_cast<int>(r));
+    CHECK(role.position == costs.position_of(r));
+    CHECK(role.replica == costs.replica_of(r));
+    CHECK(costs.rank_name(r) == std::string(role.encoder() ? "encoder s" : "llm s") + std::to_string(role.stage) +
+                                    " r" + std::to_string(role.replica));
+  }
 }
 
 TEST_CASE("multimodal timeline names ranks and adds the gradient sync", "[sim]") {

@@ -8,6 +8,7 @@
 //! stage closes the iteration. Linear in the number of ops; reuses its buffers.
 #pragma once
 
+#include <dflop/plan/world_layout.hpp>
 #include <dflop/schedule/activations.hpp>
 #include <dflop/schedule/op.hpp>
 #include <dflop/schedule/validate.hpp>
@@ -78,21 +79,39 @@ struct multimodal_costs {
   [[nodiscard]] std::uint32_t ranks() const noexcept {
     return encoder.stages * encoder.replicas + llm.stages * llm.replicas;
   }
-  //! Rank of encoder stage `stage`, replica `replica`.
-  [[nodiscard]] std::uint32_t encoder_rank(std::uint32_t stage, std::uint32_t replica) const noexcept {
-    return stage * encoder.replicas + replica;
+  //! The ranks as a `world_layout` with one rank per TP group (TP ranks run the
+  //! same ops at the same times): rank r here is the world layout's rank r, so
+  //! tracks are numbered as the planner places GPUs and the executors run ranks.
+  [[nodiscard]] world_layout layout() const {
+    return world_layout({1, static_cast<int>(encoder.stages), static_cast<int>(encoder.replicas)},
+                        {1, static_cast<int>(llm.stages), static_cast<int>(llm.replicas)});
   }
-  //! Rank of LLM stage `stage`, replica `replica`.
+  //! Rank of encoder stage `stage`, replica `replica` (`layout().rank_of(encoder, stage, replica, 0)`).
+  [[nodiscard]] std::uint32_t encoder_rank(std::uint32_t stage, std::uint32_t replica) const noexcept {
+    return replica * encoder.stages + stage;
+  }
+  //! Rank of LLM stage `stage`, replica `replica` (`layout().rank_of(llm, stage, replica, 0)`).
   [[nodiscard]] std::uint32_t llm_rank(std::uint32_t stage, std::uint32_t replica) const noexcept {
-    return encoder.stages * encoder.replicas + stage * llm.replicas + replica;
+    return encoder.stages * encoder.replicas + replica * llm.stages + stage;
+  }
+  //! Pipeline position (encoder stages first) of rank `rank`.
+  [[nodiscard]] std::uint32_t position_of(std::uint32_t rank) const noexcept {
+    const std::uint32_t encoder_ranks = encoder.stages * encoder.replicas;
+    return rank < encoder_ranks ? rank % encoder.stages : encoder.stages + (rank - encoder_ranks) % llm.stages;
+  }
+  //! Data-parallel replica (within its module) of rank `rank`.
+  [[nodiscard]] std::uint32_t replica_of(std::uint32_t rank) const noexcept {
+    const std::uint32_t encoder_ranks = encoder.stages * encoder.replicas;
+    return rank < encoder_ranks ? rank / encoder.stages : (rank - encoder_ranks) / llm.stages;
   }
   //! Readable rank name: "encoder s0 r1", "llm s2 r3".
   [[nodiscard]] std::string rank_name(std::uint32_t rank) const {
-    const bool in_encoder = rank < encoder.stages * encoder.replicas;
-    const std::uint32_t local = in_encoder ? rank : rank - encoder.stages * encoder.replicas;
-    const std::uint32_t replicas = in_encoder ? encoder.replicas : llm.replicas;
+    const std::uint32_t position = position_of(rank);
+    const bool in_encoder = position < encoder.stages;
     std::string text(in_encoder ? "encoder s" : "llm s");
-    text.append(std::to_string(local / replicas)).append(" r").append(std::to_string(local % replicas));
+    text.append(std::to_string(in_encoder ? position : position - encoder.stages))
+        .append(" r")
+        .append(std::to_string(replica_of(rank)));
     return text;
   }
 
@@ -155,11 +174,10 @@ public:
         if (slot != none) validate(schedule);
         slot = static_cast<std::uint32_t>(i);
       }
+    // Ranks in world_layout order (module, replica, stage): see multimodal_costs::layout.
+    const std::uint32_t ranks = costs.ranks();
     sizes_.clear();
-    for (std::uint32_t p = 0; p < positions; ++p) {
-      const std::uint32_t replicas = p < encoder_stages ? costs.encoder.replicas : costs.llm.replicas;
-      for (std::uint32_t q = 0; q < replicas; ++q) sizes_.push_back(schedule.rank_ops[p].size());
-    }
+    for (std::uint32_t r = 0; r < ranks; ++r) sizes_.push_back(schedule.rank_ops[costs.position_of(r)].size());
     graph_.reset(sizes_);
 
     const auto rank_of = [&](std::uint32_t position, std::uint32_t replica) {
@@ -171,49 +189,48 @@ public:
     };
 
     std::uint32_t id = 0;
-    for (std::uint32_t p = 0; p < positions; ++p) {
+    for (std::uint32_t rank = 0; rank < ranks; ++rank) {
+      const std::uint32_t p = costs.position_of(rank), q = costs.replica_of(rank);
       const bool in_encoder = p < encoder_stages;
       const module_costs& module = in_encoder ? costs.encoder : costs.llm;
       const std::uint32_t local = in_encoder ? p : p - encoder_stages;
-      for (std::uint32_t q = 0; q < module.replicas; ++q)
-        for (const auto& op : schedule.rank_ops[p]) {
-          const std::uint32_t k = order.empty() ? op.microbatch : order[op.microbatch];
-          const std::size_t at = module.at(q, k, local, m);
-          const bool with_weight = !module.weight.empty();
-          switch (op.kind) {
-            case op_kind::forward: graph_.duration[id] = module.forward[at]; break;
-            case op_kind::backward:
-              graph_.duration[id] = module.backward[at] + (with_weight && !schedule.split_backward ? module.weight[at] : 0.0);
-              break;
-            case op_kind::weight: graph_.duration[id] = with_weight ? module.weight[at] : 0.0; break;
-          }
-          for (const auto& need : dependencies(schedule, op)) {
-            if (index_in_rank_[detail::op_slot(schedule, need)] == none) validate(schedule);
-            const bool need_in_encoder = need.stage < encoder_stages;
-            if (need_in_encoder == in_encoder) {  // same module: same replica
-              double delay = 0;
-              if (need.stage != op.stage && !module.transfer.empty())
-                delay = module.transfer[module.at(q, k, std::min(need.stage, op.stage) - (in_encoder ? 0 : encoder_stages), m)];
-              graph_.add_predecessor(node_of(need, q), delay);
-            } else if (!in_encoder) {  // LLM first stage waits for the encoder replicas holding its samples
-              for (std::uint32_t e = 0; e < costs.encoder.replicas; ++e)
-                if (const auto& link = costs.handoffs[costs.handoff_at(e, k, q)]; link.feeds)
-                  graph_.add_predecessor(node_of(need, e), link.seconds);
-            } else {  // encoder last stage's backward waits for every LLM replica it fed
-              for (std::uint32_t r = 0; r < costs.llm.replicas; ++r)
-                if (const auto& link = costs.handoffs[costs.handoff_at(q, k, r)]; link.feeds)
-                  graph_.add_predecessor(node_of(need, r), link.seconds);
-            }
-          }
-          graph_.finish_op();
-          ++id;
+      for (const auto& op : schedule.rank_ops[p]) {
+        const std::uint32_t k = order.empty() ? op.microbatch : order[op.microbatch];
+        const std::size_t at = module.at(q, k, local, m);
+        const bool with_weight = !module.weight.empty();
+        switch (op.kind) {
+          case op_kind::forward: graph_.duration[id] = module.forward[at]; break;
+          case op_kind::backward:
+            graph_.duration[id] = module.backward[at] + (with_weight && !schedule.split_backward ? module.weight[at] : 0.0);
+            break;
+          case op_kind::weight: graph_.duration[id] = with_weight ? module.weight[at] : 0.0; break;
         }
+        for (const auto& need : dependencies(schedule, op)) {
+          if (index_in_rank_[detail::op_slot(schedule, need)] == none) validate(schedule);
+          const bool need_in_encoder = need.stage < encoder_stages;
+          if (need_in_encoder == in_encoder) {  // same module: same replica
+            double delay = 0;
+            if (need.stage != op.stage && !module.transfer.empty())
+              delay = module.transfer[module.at(q, k, std::min(need.stage, op.stage) - (in_encoder ? 0 : encoder_stages), m)];
+            graph_.add_predecessor(node_of(need, q), delay);
+          } else if (!in_encoder) {  // LLM first stage waits for the encoder replicas holding its samples
+            for (std::uint32_t e = 0; e < costs.encoder.replicas; ++e)
+              if (const auto& link = costs.handoffs[costs.handoff_at(e, k, q)]; link.feeds)
+                graph_.add_predecessor(node_of(need, e), link.seconds);
+          } else {  // encoder last stage's backward waits for every LLM replica it fed
+            for (std::uint32_t r = 0; r < costs.llm.replicas; ++r)
+              if (const auto& link = costs.handoffs[costs.handoff_at(q, k, r)]; link.feeds)
+                graph_.add_predecessor(node_of(need, r), link.seconds);
+          }
+        }
+        graph_.finish_op();
+        ++id;
+      }
     }
 
     if (graph_.run() != graph_.ops()) {
       detail::throw_deadlock(graph_, "multimodal schedule '" + schedule.name + "'", [&](std::size_t r, std::size_t i) {
-        const std::uint32_t position = position_of(costs, static_cast<std::uint32_t>(r));
-        const auto& op = schedule.rank_ops[position][i];
+        const auto& op = schedule.rank_ops[costs.position_of(static_cast<std::uint32_t>(r))][i];
         return costs.rank_name(static_cast<std::uint32_t>(r)) + " " + to_string(op);
       });
     }
@@ -252,9 +269,7 @@ public:
 
   //! The pipeline position (schedule rank) that result rank `rank` runs.
   [[nodiscard]] static std::uint32_t position_of(const multimodal_costs& costs, std::uint32_t rank) noexcept {
-    const std::uint32_t encoder_ranks = costs.encoder.stages * costs.encoder.replicas;
-    return rank < encoder_ranks ? rank / costs.encoder.replicas
-                                : costs.encoder.stages + (rank - encoder_ranks) / costs.llm.replicas;
+    return costs.position_of(rank);
   }
 
 private:
