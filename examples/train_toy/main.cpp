@@ -425,6 +425,7 @@ int run_plan_mode(int argc, char** argv, const options& o, dflop::toy::plan_run_
 #else
     (void)argc;
     (void)argv;
+    (void)mpi;
 #endif
     const dflop::toy::plan_run_inputs inputs(run, run.json ? nullptr : &std::cerr);
     dflop::run_inproc(
