@@ -165,6 +165,13 @@ planner_options quick_options(int global_batch) {
   return options;
 }
 
+// dflop's plan (no baselines) for a preset model on `gpus` H100s, 8 to a node.
+plan plan_on_h100s(const char* model, int gpus, int global_batch, const std::vector<sample>& workload) {
+  auto options = quick_options(global_batch);
+  options.baselines = false;
+  return test_pipeline::make_plan(workload, find_model(model), cluster_spec{gpus, 8, find_gpu("h100-80gb")}, options);
+}
+
 // `base` with its chosen configuration replaced: degrees as given, layers split evenly.
 plan with_config(plan base, module_parallelism encoder, module_parallelism llm, int microbatches) {
   const auto split = [](module_parallelism degrees, std::int64_t layers) {
@@ -210,23 +217,15 @@ TEST_CASE("plan_runner: TP and PP on both modules, DP on either side, every one-
 }
 
 TEST_CASE("plan_runner: the 16-GPU onevision plan of siglip-400m+qwen2.5-7b runs", "[exec][runner]") {
-  const auto model = find_model("siglip-400m+qwen2.5-7b");
   const auto workload = generate_mixture("onevision", 2000, 3);
-  const cluster_spec cluster{16, 8, find_gpu("h100-80gb")};
-  auto options = quick_options(128);
-  options.baselines = false;
-  const auto chosen = test_pipeline::make_plan(workload, model, cluster, options);
+  const auto chosen = plan_on_h100s("siglip-400m+qwen2.5-7b", 16, 128, workload);
   REQUIRE(chosen.chosen.config.gpus() == 16);
   check_against_reference(chosen, "dflop", 1, workload);
 }
 
 TEST_CASE("plan_runner: a planner's plan with TP and PP in the LLM (a model too big for one GPU) runs", "[exec][runner]") {
-  const auto model = find_model("siglip-400m+qwen2.5-32b");
   const auto workload = generate_mixture("onevision", 2000, 5);
-  const cluster_spec cluster{16, 8, find_gpu("h100-80gb")};
-  auto options = quick_options(64);
-  options.baselines = false;
-  const auto chosen = test_pipeline::make_plan(workload, model, cluster, options);
+  const auto chosen = plan_on_h100s("siglip-400m+qwen2.5-32b", 16, 64, workload);
   INFO(chosen.chosen.config);
   REQUIRE(chosen.chosen.config.llm.tp >= 2);
   REQUIRE(chosen.chosen.config.llm.pp >= 2);

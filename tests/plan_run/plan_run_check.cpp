@@ -15,6 +15,8 @@
 //   edit PLAN OUT POINTER VALUE
 //     writes PLAN with the JSON value at POINTER (e.g. /config/llm/dp) replaced by
 //     VALUE (JSON; "+=N" adds N to the number there) to OUT: a hand-edited plan file.
+#include "../command_runner.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -26,44 +28,12 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <sys/wait.h>
 #include <vector>
 
 namespace {
 
-using command = std::vector<std::string>;
-
-[[noreturn]] void fail(const std::string& why) { throw std::runtime_error(why); }
-
-std::string quoted(const std::string& word) {
-  std::string out(1, '\'');
-  for (char c : word) {
-    if (c == '\'') out.append("'\\''");
-    else out.push_back(c);
-  }
-  out.push_back('\'');
-  return out;
-}
-
-struct outcome {
-  int status = -1;
-  std::string output;  // stdout, and stderr when asked
-};
-
-outcome run(const command& cmd, bool with_stderr) {
-  std::string line;
-  for (const auto& word : cmd) line.append(line.empty() ? "" : " ").append(quoted(word));
-  if (with_stderr) line.append(" 2>&1");
-  std::cerr << "running: " << line << "\n";
-  FILE* pipe = popen(line.c_str(), "r");
-  if (!pipe) fail("cannot start: " + line);
-  outcome out;
-  char buffer[4096];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.output.append(buffer, n);
-  const int status = pclose(pipe);
-  out.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
-}
+using dflop::test::command;
+using dflop::test::fail;
 
 struct run_lines {
   std::vector<nlohmann::json> steps;
@@ -89,11 +59,7 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-run_lines run_ok(const command& cmd) {
-  const auto out = run(cmd, false);
-  if (out.status != 0) fail("exit status " + std::to_string(out.status));
-  return parse(out.output);
-}
+run_lines run_ok(const command& cmd) { return parse(dflop::test::run_ok(cmd)); }
 
 void check_runs(std::size_t steps, const command& cmd) {
   const auto lines = run_ok(cmd);
@@ -172,7 +138,7 @@ int main(int argc, char** argv) {
       }
       if (!why.empty()) fail(why);
     } else if (mode == "fails" && head.size() == 3) {
-      const auto out = run(tail, true);
+      const auto out = dflop::test::run_command(tail, true);
       std::cerr << out.output;
       if (out.status != std::stoi(head[1])) fail("exit status " + std::to_string(out.status) + ", expected " + head[1]);
       if (out.output.find(head[2]) == std::string::npos) fail("the output does not say '" + head[2] + "'");

@@ -17,6 +17,8 @@
 //     COMMAND writes CSV, which read_profile parses to one 'llm' curve at tp 1 with
 //     exactly SIZES; with --op-cost-us A,B in COMMAND the times are at least the
 //     emulated sleeps; TRAIN_COMMAND (training from the table) predicts every step.
+#include "../command_runner.hpp"
+
 #include <dflop/cost/profile.hpp>
 
 #include <nlohmann/json.hpp>
@@ -28,43 +30,15 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <sys/wait.h>
 #include <vector>
 
 namespace {
 
-using command = std::vector<std::string>;
-
-[[noreturn]] void fail(const std::string& why) { throw std::runtime_error(why); }
-
-std::string quoted(const std::string& word) {
-  std::string out(1, '\'');
-  for (char c : word) {
-    if (c == '\'') out.append("'\\''");
-    else out.push_back(c);
-  }
-  out.push_back('\'');
-  return out;
-}
+using dflop::test::command;
+using dflop::test::fail;
 
 // Runs `cmd` (stderr passes through) and returns its standard output; fails on a non-zero status.
-std::string run(const command& cmd) {
-  std::string line;
-  for (const auto& word : cmd) {
-    if (!line.empty()) line.push_back(' ');
-    line.append(quoted(word));
-  }
-  std::cerr << "running: " << line << "\n";
-  FILE* pipe = popen(line.c_str(), "r");
-  if (!pipe) fail("cannot start: " + line);
-  std::string out;
-  char buffer[4096];
-  std::size_t read = 0;
-  while ((read = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, read);
-  const int status = pclose(pipe);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) fail("command failed (status " + std::to_string(status) + ")\n" + out);
-  return out;
-}
+std::string run(const command& cmd) { return dflop::test::run_ok(cmd); }
 
 struct run_lines {
   std::vector<nlohmann::json> steps;
