@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+// A planner's 8-GPU plan run by plan_runner over MPI (run under `mpirun -np 8`),
+// one rank per process: every method's loss and this rank's gradients match the
+// multimodal sequential reference over the same scheduled lists (1e-12; the
+// plan has data-parallel replicas). Every process plans and schedules alone, as
+// a real trainer's ranks do: the plans and batches must agree for the run to.
+#include "mpi_catch_main.hpp"
+#include "../exec_multimodal_support.hpp"
+#include "../plan_test_support.hpp"
+
+#include <dflop/exec/mpi_communicator.hpp>
+#include <dflop/exec/sequential_reference.hpp>
+#include <dflop/pipeline.hpp>
+#include <dflop/schedule/by_name.hpp>
+#include <dflop/workload/sampling.hpp>
+
+#include <catch2/catch.hpp>
+#include <mpi.h>
+
+#include <cmath>
+#include <vector>
+
+using namespace dflop;
+
+namespace {
+
+using test::world_size;
+using test_pipeline = pipeline<flops_cost_model, min_max_layers, refined_packer, named_schedule>;
+using toy_runner = test_pipeline::runner<mpi_communicator, test::toy_encoder_stage, test::toy_llm_stage>;
+
+toy_runner::stage_type make_stage(const stage_assignment& a) {
+  if (a.role.encoder()) return test::toy_encoder_stage(a.role.position);
+  return test::toy_llm_stage(a.role.position, a.positions, a.role.position - a.role.stage);
+}
+
+}  // namespace
+
+TEST_CASE("MPI: an 8-GPU plan's every method through plan_runner, within 1e-12 of the reference", "[exec][mpi][runner]") {
+  if (world_size() != 8) return;
+  const auto workload = test::small_workload();
+  planner_options options;
+  options.global_batch = 48;
+  options.batches = 2;
+  options.batch.order_budget = 8;
+  options.threads = 1;
+  const auto chosen = test_pipeline::make_plan(workload, test::small_model(), test::small_cluster(8, 4), options);
+  REQUIRE(chosen.cluster.gpus == 8);
+  const test_pipeline::policies with{.schedule = named_schedule(chosen.schedule)};
+  const auto samples = sample_batch(workload, 48, batch_mode::without_replacement, 7);
+  mpi_communicator world(MPI_COMM_WORLD, 20);
+  for (const char* method : {"dflop", "data_blind", "dflop_reference"}) {
+    const auto& run_method = detail::method_of(chosen, method);
+    INFO(method << ": " << run_method.config);
+    const auto batch = test_pipeline::schedule_batch(chosen, samples, 3, method, with);
+
+    // The reference: one object per pipeline position, every replica through it.
+    const auto encoder_stages = static_cast<std::uint32_t>(run_method.config.encoder.pp);
+    const auto positions = static_cast<std::uint32_t>(run_method.config.stages());
+    std::vector<test::toy_encoder_stage> encoder;
+    std::vector<test::toy_llm_stage> llm;
+    for (std::uint32_t s = 0; s < encoder_stages; ++s) encoder.emplace_back(s);
+    for (std::uint32_t p = encoder_stages; p < positions; ++p) llm.emplace_back(p, positions, encoder_stages);
+    const multimodal_batch view{samples, batch.llm_microbatches, batch.encoder_parts, batch.slot_order};
+    const double expected = run_sequential(encoder, llm, view, static_cast<std::uint32_t>(run_method.config.microbatches));
+
+    toy_runner run(chosen, world, make_stage, {.watchdog_seconds = 20}, method, named_schedule(chosen.schedule));
+    std::visit(
+        [&](auto& stage) {
+          stage.tensor_sum = [&run](std::span<double> values) {
+            run.executor().tensor_group().all_reduce_sum(gradient_buffer::of(values));
+          };
+        },
+        run.stage());
+    const auto result = run.step(batch, samples);
+    CHECK(std::abs(result.loss - expected) <= 1e-12 * std::abs(expected));
+
+    // This rank's gradients: its TP shard of its position's reference gradients.
+    const auto& role = run.assignment().role;
+    const auto got = std::visit([](auto& s) { return s.gradients(); }, run.stage());
+    const auto want = role.encoder() ? encoder[role.stage].gradients() : llm[role.stage].gradients();
+    REQUIRE(got.size() == want.size());
+    std::vector<double> shard(want.begin(), want.end());
+    std::vector<double> mine(got.begin(), got.end());
+    if (run.assignment().tp_size > 1) {  // TP shards are disjoint: compare the sum over the TP group
+      run.executor().tensor_group().all_reduce_sum(gradient_buffer::of(std::span<double>(mine)));
+    }
+    const auto [scale, diff] = test::compare_gradients(mine, shard);
+    INFO("position " << role.position << " replica " << role.replica << " tp " << role.tp_rank);
+    CHECK(scale > 0);
+    CHECK(diff <= 1e-12 * scale);
+  }
+}
