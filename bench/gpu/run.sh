@@ -14,11 +14,14 @@ generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DDFLOP_ENABLE_CUDA=ON \
   -DDFLOP_WARNINGS_AS_ERRORS=OFF
-cmake --build "$build" -j "$jobs" --target exec_gpu_test cuda_toolchain_test exec_bench dflop_cuda_trainer
+cmake --build "$build" -j "$jobs" --target exec_gpu_test cuda_toolchain_test exec_bench dflop_cuda_trainer cuda_trainer_test
 
 status=0
 (cd "$build" && ctest -L gpu --output-on-failure --timeout 120 2>&1 | tee gpu-tests.log) || status=1
 "$build/bench/exec_bench" --benchmark_out="$build/exec_bench.json" --benchmark_out_format=json || status=1
-"$build/bin/dflop-cuda-trainer" || status=1
+# The built-in plan on this GPU's streams, each method, checked against the host computation.
+for method in dflop data_blind dflop_reference; do
+  "$build/bin/dflop-cuda-trainer" --method "$method" --steps 3 --check || status=1
+done
 echo "run.sh: gpu tests log in $build/gpu-tests.log, benchmark in $build/exec_bench.json (status $status)"
 exit "$status"

@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+// dflop-cuda-trainer's plan runs (examples/cuda_trainer). The trainer's model
+// gives a batch the same loss whatever the plan, so for every method of a small
+// plan (and hand-set configurations with TP and PP on both modules, each
+// one-chunk schedule):
+// - every rank reports the same step loss, and step 0's loss and gradient norm
+//   equal the host computation (reference.hpp, sample by sample);
+// - one step on the same batch (w -= rate g / |g|) lowers the loss by rate x |g|
+//   to first order: the gradients, summed over stages, replicas and the hand-off, are right;
+// - after that step the loss is the same for every method.
+// The stage runs on the host (host backend, threads: everywhere) and on one GPU's
+// streams (CUDA backend, stream_communicator: label gpu).
+#include "../../examples/cuda_trainer/device_runs.hpp"
+#include "../../examples/cuda_trainer/host_backend.hpp"
+#include "../../examples/cuda_trainer/reference.hpp"
+#include "../../examples/cuda_trainer/trainer_inputs.hpp"
+
+#include <dflop/exec/inproc_communicator.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+using namespace dflop;
+using namespace dflop::cuda_trainer;
+
+namespace {
+
+// Runs every rank of `inputs`; returns each rank's reports.
+using plan_run = std::function<std::vector<std::vector<step_report>>(const trainer_inputs&, const run_options&)>;
+
+std::vector<std::vector<step_report>> run_on_host(const trainer_inputs& inputs, const run_options& options) {
+  std::vector<std::vector<step_report>> reports(static_cast<std::size_t>(inputs.chosen.cluster.gpus));
+  run_inproc(inputs.chosen.cluster.gpus, [&](inproc_communicator& world) {
+    reports[static_cast<std::size_t>(world.rank())] = train_rank<host_backend>(world, inputs, options);
+  });
+  return reports;
+}
+
+std::vector<std::vector<step_report>> run_on_gpu(const trainer_inputs& inputs, const run_options& options) {
+  return run_on_one_gpu(inputs, options, 0);
+}
+
+const std::vector<sample>& workload() {
+  static const auto pool = default_workload();
+  return pool;
+}
+
+const plan& builtin() {
+  static const plan chosen = builtin_plan(workload(), input_options{});
+  return chosen;
+}
+
+// `base` with its chosen configuration replaced: degrees as given, layers split evenly.
+plan with_config(plan base, module_parallelism encoder, module_parallelism llm, int microbatches,
+                 const std::string& schedule) {
+  const auto split = [](module_parallelism degrees, std::int64_t layers) {
+    module_plan module{degrees, {0}};
+    for (int s = 1; s <= degrees.pp; ++s) module.first_layer.push_back(layers * s / degrees.pp);
+    return module;
+  };
+  base.chosen.config = {encoder, llm, microbatches};
+  base.chosen.encoder = split(encoder, base.model_spec.encoder.layers);
+  base.chosen.llm = split(llm, base.model_spec.llm.layers);
+  base.cluster.gpus = base.chosen.config.gpus();
+  base.schedule = schedule;
+  base.baselines.clear();
+  return base;
+}
+
+// `method` of `chosen` on one batch, twice: step 0, a gradient step, step 1 on the same batch.
+struct two_steps {
+  double loss = 0;       // step 0
+  double after = 0;      // step 1
+  double predicted = 0;  // step 0's loss - rate x |g|
+};
+
+two_steps run_twice(const plan_run& run, const plan& chosen, const std::string& method, const run_options& base,
+                    double tolerance) {
+  input_options io;
+  io.method = method;
+  io.steps = 1;
+  io.seed = 7;
+  auto inputs = schedule_steps(chosen, workload(), io);
+  inputs.batches.push_back(inputs.batches.front());
+  inputs.scheduled.push_back(inputs.scheduled.front());
+  run_options options = base;
+  options.method = method;
+  const reference_figures reference = reference_step(inputs.batches.front(), chosen.model_spec, options.model);
+  const double host = reference.loss;
+  // A rate that lowers the loss by about 1e-4 of it: from a first run without one.
+  options.learning_rate = 0;
+  const auto probe = run(inputs, options);
+  const double norm = probe.front().front().gradient_norm;
+  REQUIRE(norm > 0);
+  options.learning_rate = 1e-4 * host / norm;
+  const auto ranks = run(inputs, options);
+
+  INFO(method << ": " << detail::method_of(chosen, method).config << ", schedule " << chosen.schedule);
+  REQUIRE(ranks.size() == static_cast<std::size_t>(chosen.cluster.gpus));
+  two_steps out{ranks.front()[0].loss, ranks.front()[1].loss, 0};
+  out.predicted = out.loss - options.learning_rate * norm;
+  for (const auto& rank : ranks) {
+    REQUIRE(rank.size() == 2);
+    CHECK(rank[0].loss == out.loss);
+    CHECK(rank[1].loss == out.after);
+  }
+  CHECK(probe.front().front().loss == out.loss);
+  CHECK(ranks.front()[0].gradient_norm == Approx(norm).epsilon(tolerance));
+  INFO("loss " << out.loss << ", host " << host << "; gradient norm " << norm << ", host " << reference.gradient_norm
+               << "; after the step " << out.after << ", first order " << out.predicted);
+  CHECK(std::abs(out.loss - host) <= tolerance * host);
+  CHECK(norm == Approx(reference.gradient_norm).epsilon(tolerance));
+  const double decrease = out.loss - out.after;
+  const double expected = out.loss - out.predicted;
+  CHECK(decrease > 0);
+  CHECK(std::abs(decrease - expected) <= 0.01 * expected);  // second-order terms: well below 1%
+  return out;
+}
+
+void check_methods(const plan_run& run, const run_options& options, double tolerance) {
+  std::vector<two_steps> results;
+  for (const char* method : {"dflop", "data_blind", "dflop_reference"})
+    results.push_back(run_twice(run, builtin(), method, options, tolerance));
+  for (const auto& r : results) {
+    CHECK(r.loss == Approx(results.front().loss).epsilon(tolerance));
+    CHECK(r.after == Approx(results.front().after).epsilon(1e-8));  // the rates differ only by the norms' rounding
+  }
+}
+
+void check_shapes(const plan_run& run, const run_options& options, double tolerance) {
+  struct shape {
+    module_parallelism encoder, llm;
+    int m;
+  };
+  const double loss = run_twice(run, builtin(), "dflop", options, tolerance).loss;
+  for (const auto& s : {shape{{1, 2, 1}, {1, 3, 1}, 4}, shape{{2, 1, 2}, {2, 2, 1}, 3}, shape{{2, 2, 1}, {1, 2, 2}, 4}})
+    for (const char* schedule : {"gpipe", "1f1b", "zb-h1"}) {
+      const plan chosen = with_config(builtin(), s.encoder, s.llm, s.m, schedule);
+      CHECK(run_twice(run, chosen, "dflop", options, tolerance).loss == Approx(loss).epsilon(tolerance));
+    }
+}
+
+run_options small_model() {
+  run_options options;
+  options.model.hidden = 16;
+  options.model.tokens_per_row = 512;
+  options.watchdog = 30;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("cuda trainer: the built-in plan's methods differ, so the runs cover PP, TP and DP", "[cuda_trainer]") {
+  const auto& dflop = detail::method_of(builtin(), "dflop").config;
+  const auto& reference = detail::method_of(builtin(), "dflop_reference").config;
+  CHECK(builtin().cluster.gpus == 4);
+  CHECK(dflop.llm.pp > 1);
+  CHECK((reference.llm.tp > 1 || reference.encoder.dp > 1));
+}
+
+TEST_CASE("cuda trainer: the stage on the host runs every method of a plan to the host loss and a true gradient",
+          "[cuda_trainer]") {
+  check_methods(run_on_host, small_model(), 1e-12);
+}
+
+TEST_CASE("cuda trainer: the stage on the host with TP and PP on both modules, every one-chunk schedule",
+          "[cuda_trainer]") {
+  check_shapes(run_on_host, small_model(), 1e-12);
+}
+
+TEST_CASE("cuda trainer: CUDA stages on one GPU's streams run every method of a plan to the host loss",
+          "[cuda_trainer][gpu]") {
+  run_options options;  // the trainer's defaults: 64-wide rows
+  options.watchdog = 30;
+  check_methods(run_on_gpu, options, 1e-9);
+}
+
+TEST_CASE("cuda trainer: CUDA stages with TP and PP on both modules, every one-chunk schedule", "[cuda_trainer][gpu]") {
+  check_shapes(run_on_gpu, small_model(), 1e-9);
+}
