@@ -14,7 +14,8 @@ generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DDFLOP_ENABLE_CUDA=ON \
   -DDFLOP_WARNINGS_AS_ERRORS=OFF
-cmake --build "$build" -j "$jobs" --target exec_gpu_test cuda_toolchain_test exec_bench dflop_cuda_trainer cuda_trainer_test
+cmake --build "$build" -j "$jobs" --target exec_gpu_test cuda_toolchain_test runtime_event_timer_test exec_bench dflop_cuda_trainer \
+  cuda_trainer_test
 
 status=0
 (cd "$build" && ctest -L gpu --output-on-failure --timeout 120 2>&1 | tee gpu-tests.log) || status=1
