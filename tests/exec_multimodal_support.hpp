@@ -27,6 +27,7 @@
 #include <stdexcept>
 #include <thread>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace dflop::test {
@@ -271,6 +272,17 @@ private:
   std::uint32_t positions_;
   std::uint32_t first_;
 };
+
+// Lets a toy stage's TP math (held in `slot`, a variant) run over `group`, the
+// executor's tensor group (all its ranks see the same sizes).
+template <class Slot, class Group>
+void connect_tensor_group(Slot& slot, Group& group) {
+  std::visit(
+      [&](auto& stage) {
+        stage.tensor_sum = [&group](std::span<double> values) { group.all_reduce_sum(gradient_buffer::of(values)); };
+      },
+      slot);
+}
 
 // A multimodal batch and the lists it views.
 struct batch_data {

@@ -38,18 +38,6 @@ toy_executor::stage_type make_stage(const world_layout& layout, const rank_role&
   return test::toy_llm_stage(role.position, layout.positions(), layout.stages(module_kind::encoder));
 }
 
-// Lets a stage's TP math run over the executor's tensor group.
-template <class Executor>
-void connect_tensor_group(Executor& run) {
-  std::visit(
-      [&](auto& stage) {
-        stage.tensor_sum = [&run](std::span<double> values) {
-          run.tensor_group().all_reduce_sum(gradient_buffer::of(values));
-        };
-      },
-      run.stage());
-}
-
 struct multimodal_run {
   std::vector<double> losses;                     // per step (rank 0's view)
   std::vector<std::vector<double>> gradients;     // per position, last step: replica 0, summed over its TP ranks
@@ -68,7 +56,7 @@ multimodal_run run_multimodal(const world_layout& layout, const pipeline_schedul
   options.watchdog_seconds = 10;
   run_inproc(layout.world_size(), [&](inproc_communicator& comm) {
     toy_executor run(comm, layout, make_stage(layout, layout.role(comm.rank())), options);
-    connect_tensor_group(run);
+    test::connect_tensor_group(run.stage(), run.tensor_group());
     for (std::size_t step = 0; step < batches.size(); ++step) {
       // As an optimizer would: the data-parallel sum makes every replica's gradients the step's total.
       std::visit([](auto& s) { std::ranges::fill(s.gradients(), 0.0); }, run.stage());

@@ -56,13 +56,7 @@ run_output run_plan(const plan& chosen, const std::string& method, const std::ve
   std::mutex mutex;
   run_inproc(chosen.cluster.gpus, [&](inproc_communicator& comm) {
     toy_runner run(chosen, comm, make_stage, {.watchdog_seconds = 20}, method, named_schedule(chosen.schedule));
-    std::visit(
-        [&](auto& stage) {
-          stage.tensor_sum = [&run](std::span<double> values) {
-            run.executor().tensor_group().all_reduce_sum(gradient_buffer::of(values));
-          };
-        },
-        run.stage());
+    test::connect_tensor_group(run.stage(), run.executor().tensor_group());
     for (std::size_t step = 0; step < batches.size(); ++step) {
       std::visit([](auto& s) { std::ranges::fill(s.gradients(), 0.0); }, run.stage());
       const auto result = run.step(scheduled[step], batches[step]);
@@ -172,21 +166,6 @@ plan plan_on_h100s(const char* model, int gpus, int global_batch, const std::vec
   return test_pipeline::make_plan(workload, find_model(model), cluster_spec{gpus, 8, find_gpu("h100-80gb")}, options);
 }
 
-// `base` with its chosen configuration replaced: degrees as given, layers split evenly.
-plan with_config(plan base, module_parallelism encoder, module_parallelism llm, int microbatches) {
-  const auto split = [](module_parallelism degrees, std::int64_t layers) {
-    module_plan module{degrees, {0}};
-    for (int s = 1; s <= degrees.pp; ++s) module.first_layer.push_back(layers * s / degrees.pp);
-    return module;
-  };
-  base.chosen.config = {encoder, llm, microbatches};
-  base.chosen.encoder = split(encoder, base.model_spec.encoder.layers);
-  base.chosen.llm = split(llm, base.model_spec.llm.layers);
-  base.cluster.gpus = base.chosen.config.gpus();
-  base.baselines.clear();
-  return base;
-}
-
 }  // namespace
 
 TEST_CASE("plan_runner runs a planner's plan and both baselines like the sequential reference", "[exec][runner]") {
@@ -210,7 +189,7 @@ TEST_CASE("plan_runner: TP and PP on both modules, DP on either side, every one-
   for (const auto& s : {shape{{1, 1, 1}, {2, 2, 1}, 4}, shape{{2, 2, 1}, {2, 2, 1}, 3}, shape{{1, 1, 2}, {2, 2, 1}, 4},
                         shape{{1, 2, 1}, {1, 2, 2}, 3}, shape{{2, 1, 2}, {2, 2, 2}, 4}})
     for (const char* schedule : {"gpipe", "1f1b", "zb-h1"}) {
-      plan chosen = with_config(base, s.encoder, s.llm, s.m);
+      plan chosen = test::with_configuration(base, s.encoder, s.llm, s.m);
       chosen.schedule = schedule;
       check_against_reference(chosen, "dflop", 1, workload);
     }
@@ -269,7 +248,7 @@ TEST_CASE("plan_runner: clear errors for a wrong world, method, schedule or batc
   CHECK_THAT(errors.back(), Catch::Contains("made for schedule '1f1b'") && Catch::Contains("'gpipe'"));
 
   // A batch scheduled for another configuration is refused before anything runs.
-  const plan other = with_config(chosen, {1, 1, 1}, {1, 1, 1}, 2);
+  const plan other = test::with_configuration(chosen, {1, 1, 1}, {1, 1, 1}, 2);
   const auto samples = sample_batch(workload, 32, batch_mode::without_replacement, 5);
   const auto foreign = test_pipeline::schedule_batch(other, samples);
   std::vector<std::string> step_errors(static_cast<std::size_t>(chosen.cluster.gpus));

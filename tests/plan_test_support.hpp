@@ -5,6 +5,7 @@
 #include <dflop/model/multimodal_spec.hpp>
 #include <dflop/model/presets.hpp>
 #include <dflop/plan/cluster.hpp>
+#include <dflop/plan/plan.hpp>
 #include <dflop/workload/mixture.hpp>
 
 namespace dflop::test {
@@ -26,6 +27,23 @@ inline cluster_spec small_cluster(int gpus, int per_node, std::int64_t memory_gi
 //! A onevision-like mixture.
 inline std::vector<sample> small_workload(std::size_t count = 400, std::uint64_t seed = 1) {
   return generate_mixture("onevision", count, seed);
+}
+
+//! `base` with its chosen configuration replaced by `encoder`, `llm` and
+//! `microbatches` (layers split evenly, the cluster sized to it, no baselines):
+//! a hand-set configuration for running tests of shapes a planner may not pick.
+inline plan with_configuration(plan base, module_parallelism encoder, module_parallelism llm, int microbatches) {
+  const auto split = [](module_parallelism degrees, std::int64_t layers) {
+    module_plan module{degrees, {0}};
+    for (int s = 1; s <= degrees.pp; ++s) module.first_layer.push_back(layers * s / degrees.pp);
+    return module;
+  };
+  base.chosen.config = {encoder, llm, microbatches};
+  base.chosen.encoder = split(encoder, base.model_spec.encoder.layers);
+  base.chosen.llm = split(llm, base.model_spec.llm.layers);
+  base.cluster.gpus = base.chosen.config.gpus();
+  base.baselines.clear();
+  return base;
 }
 
 }  // namespace dflop::test

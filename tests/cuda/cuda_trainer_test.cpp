@@ -14,6 +14,7 @@
 #include "../../examples/cuda_trainer/host_backend.hpp"
 #include "../../examples/cuda_trainer/reference.hpp"
 #include "../../examples/cuda_trainer/trainer_inputs.hpp"
+#include "../plan_test_support.hpp"
 
 #include <dflop/exec/inproc_communicator.hpp>
 
@@ -52,23 +53,6 @@ const std::vector<sample>& workload() {
 const plan& builtin() {
   static const plan chosen = builtin_plan(workload(), input_options{});
   return chosen;
-}
-
-// `base` with its chosen configuration replaced: degrees as given, layers split evenly.
-plan with_config(plan base, module_parallelism encoder, module_parallelism llm, int microbatches,
-                 const std::string& schedule) {
-  const auto split = [](module_parallelism degrees, std::int64_t layers) {
-    module_plan module{degrees, {0}};
-    for (int s = 1; s <= degrees.pp; ++s) module.first_layer.push_back(layers * s / degrees.pp);
-    return module;
-  };
-  base.chosen.config = {encoder, llm, microbatches};
-  base.chosen.encoder = split(encoder, base.model_spec.encoder.layers);
-  base.chosen.llm = split(llm, base.model_spec.llm.layers);
-  base.cluster.gpus = base.chosen.config.gpus();
-  base.schedule = schedule;
-  base.baselines.clear();
-  return base;
 }
 
 // `method` of `chosen` on one batch, twice: step 0, a gradient step, step 1 on the same batch.
@@ -139,7 +123,8 @@ void check_shapes(const plan_run& run, const run_options& options, double tolera
   const double loss = run_twice(run, builtin(), "dflop", options, tolerance).loss;
   for (const auto& s : {shape{{1, 2, 1}, {1, 3, 1}, 4}, shape{{2, 1, 2}, {2, 2, 1}, 3}, shape{{2, 2, 1}, {1, 2, 2}, 4}})
     for (const char* schedule : {"gpipe", "1f1b", "zb-h1"}) {
-      const plan chosen = with_config(builtin(), s.encoder, s.llm, s.m, schedule);
+      plan chosen = test::with_configuration(builtin(), s.encoder, s.llm, s.m);
+      chosen.schedule = schedule;
       CHECK(run_twice(run, chosen, "dflop", options, tolerance).loss == Approx(loss).epsilon(tolerance));
     }
 }

@@ -64,13 +64,7 @@ TEST_CASE("MPI: an 8-GPU plan's every method through plan_runner, within 1e-12 o
     const double expected = run_sequential(encoder, llm, view, static_cast<std::uint32_t>(run_method.config.microbatches));
 
     toy_runner run(chosen, world, make_stage, {.watchdog_seconds = 20}, method, named_schedule(chosen.schedule));
-    std::visit(
-        [&](auto& stage) {
-          stage.tensor_sum = [&run](std::span<double> values) {
-            run.executor().tensor_group().all_reduce_sum(gradient_buffer::of(values));
-          };
-        },
-        run.stage());
+    test::connect_tensor_group(run.stage(), run.executor().tensor_group());
     const auto result = run.step(batch, samples);
     CHECK(std::abs(result.loss - expected) <= 1e-12 * std::abs(expected));
 
