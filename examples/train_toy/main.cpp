@@ -433,9 +433,11 @@ int run_plan_mode(int argc, char** argv, const options& o, dflop::toy::plan_run_
         o.watchdog);
     return 0;
   } catch (const dflop::input_error& e) {
-    if (rank == 0) std::cerr << "dflop-train-toy: " << e.what() << "\n";
+    if (rank == 0 || !mpi) std::cerr << "dflop-train-toy: " << e.what() << "\n";
 #if defined(DFLOP_TRAIN_TOY_WITH_MPI)
-    if (mpi) MPI_Finalize();
+    // Some ranks may not have failed (a file unreadable on one node): finalizing
+    // would wait for them, aborting ends the job with status 2 everywhere.
+    if (mpi) MPI_Abort(MPI_COMM_WORLD, 2);
 #endif
     return 2;
   } catch (const std::exception& e) {
@@ -482,8 +484,7 @@ int main(int argc, char** argv) {
   app.add_option("--profile-repeats", o.profile_repeats, "timed runs per size")->check(CLI::PositiveNumber);
   auto* stages_option = app.get_option("--stages");
   dflop::toy::plan_run_options plan_run;
-  app.add_option("--plan", plan_run.plan_path, "run this saved plan (dflop plan --save) on every rank of it")
-      ->check(CLI::ExistingFile);
+  app.add_option("--plan", plan_run.plan_path, "run this saved plan (dflop plan --save) on every rank of it");
   app.add_option("--method", plan_run.method, "with --plan: dflop, data_blind or dflop_reference");
   app.add_flag("--emulate", plan_run.emulate, "with --plan: emulated devices sleep the cost model's op times");
   app.add_option("--time-scale", plan_run.emulation.time_scale, "with --plan: op sleep = cost-model seconds x this")
@@ -491,12 +492,19 @@ int main(int argc, char** argv) {
   app.add_option("--byte-scale", plan_run.emulation.byte_scale,
                  "with --plan: activation bytes moved, as a fraction of the model's")
       ->check(CLI::Range(1e-9, 1.0));
-  app.add_option("--workload", plan_run.workload, "with --plan: JSONL trace batches are drawn from (default: built-in)")
-      ->check(CLI::ExistingFile);
+  app.add_option("--workload", plan_run.workload, "with --plan: JSONL trace batches are drawn from (default: built-in)");
   CLI11_PARSE(app, argc, argv);
 
   if (!plan_run.plan_path.empty()) {
     if (app.get_option("--seed")->count() > 0) plan_run.seed = o.seed;
+    // The plan fixes the ranks, schedule and batches: the toy model's own flags do not apply.
+    for (const char* flag : {"--stages", "--microbatches", "--replicas", "--samples", "--hidden", "--schedule", "--chunks",
+                             "--learning-rate", "--reference", "--fault-stage", "--op-cost-us", "--cost-profile",
+                             "--initial-cost-scale", "--online", "--forgetting", "--lookahead", "--profile"})
+      if (app.get_option(flag)->count() > 0) {
+        std::cerr << "dflop-train-toy: " << flag << ": does not apply with --plan (the plan fixes ranks, schedule and batches)\n";
+        return 2;
+      }
     return run_plan_mode(argc, argv, o, plan_run);
   }
   try {

@@ -38,7 +38,8 @@ struct plan_run_options {
   emulation_options emulation;     //!< time and byte scales
   int steps = 5;                   //!< global batches run
   //! Sampling seed; batch k is packed with seed + k, as `dflop schedule` does
-  //! (unset: the plan's seed, so the batches are the ones the planner scored first).
+  //! (unset: the plan's seed; on the workload the plan was made from, the batches
+  //! are then the ones the planner scored first).
   std::optional<std::uint64_t> seed;
   double watchdog = 60;            //!< seconds without progress before every rank stops
   bool json = false;               //!< one JSON object per step and a summary

@@ -9,8 +9,14 @@
 //! give, on CPUs: what the simulator predicts can be checked by running it.
 //!
 //! Each sample's block of every activation and gradient starts with a stamp
-//! (its batch index and the direction), checked where it arrives, so a message
-//! routed to the wrong rank or at the wrong offset is an error, not noise.
+//! (its batch index and the direction), checked where it arrives, and every
+//! received buffer must have the size the samples imply, so a message routed to
+//! the wrong rank or offset, or one missing, is an error, not noise.
+//!
+//! Not emulated: link time. Point-to-point transfers, hand-offs and TP
+//! broadcasts move at memory speed, while the prediction adds their modelled
+//! link time (small against compute on NVLink; on multi-node plans measured
+//! times come out below predicted by up to the critical path's transfers).
 #pragma once
 
 #include <dflop/error.hpp>
@@ -64,10 +70,15 @@ public:
 
   //! The batch whose op costs the next step sleeps (the one `step` will run).
   void begin_step(const batch_schedule& batch) {
+    const module_costs& costs = assignment_.role.encoder() ? batch.costs.encoder : batch.costs.llm;
+    const std::uint32_t stage = assignment_.role.stage;
+    if (stage >= costs.stages || assignment_.role.replica >= costs.replicas)
+      throw input_error("batch_schedule", 0,
+                        "emulated_stage (" + to_string_role() + "): the batch was scheduled for " +
+                            std::to_string(costs.stages) + " stages x " + std::to_string(costs.replicas) +
+                            " replicas of this module");
     batch_ = &batch;
     calls_ = 0;
-    const module_costs& costs = module();
-    const std::uint32_t stage = assignment_.role.stage;
     const double bytes = costs.gradient_bytes.empty() ? 0.0 : costs.gradient_bytes[stage];
     sync_seconds_ = bytes > 0 ? ring_allreduce_seconds(bytes, costs.replicas, costs.gradient_link) : 0.0;
   }
@@ -91,7 +102,7 @@ public:
   //! step's loss is N (N + 1) / 2 exactly when every sample ran once.
   template <class Context>
   void forward(Context& ctx) {
-    check(ctx.input, ctx.samples, input_block(), forward_stamp, "input activation");
+    check(ctx.input, ctx.samples, input_block(), forward_stamp, "input activation", input_bytes(ctx.samples));
     finish_op(cost(module().forward, ctx));
     stamp(ctx.output, ctx.samples, output_block(), forward_stamp);
     if (ctx.last_stage()) {
@@ -103,7 +114,7 @@ public:
   //! when the schedule does not split it: the batch then prices no W), stamps the input gradient.
   template <class Context>
   void backward(Context& ctx) {
-    check(ctx.output_grad, ctx.samples, output_block(), backward_stamp, "output gradient");
+    check(ctx.output_grad, ctx.samples, output_block(), backward_stamp, "output gradient", output_bytes(ctx.samples));
     finish_op(cost(module().backward, ctx));
     stamp(ctx.input_grad, ctx.samples, input_block(), backward_stamp);
   }
@@ -175,7 +186,10 @@ private:
     }
   }
   void check(std::span<const std::byte> bytes, const microbatch_view& mb, block_bytes block, std::uint64_t direction,
-             const char* what) const {
+             const char* what, std::size_t expected) const {
+    if (bytes.size() != expected)
+      throw error("emulated_stage (" + to_string_role() + "): the " + what + " has " + std::to_string(bytes.size()) +
+                  " bytes, its samples imply " + std::to_string(expected) + ": a message is missing or misrouted");
     std::size_t at = 0;
     for (std::size_t p = 0; p < mb.size() && at < bytes.size(); ++p) {
       const std::size_t size = (this->*block)(mb[p]);

@@ -29,6 +29,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <exception>
 #include <sstream>
 #include <span>
 #include <string>
@@ -96,7 +97,8 @@ public:
   using stage_type = typename executor_type::stage_type;
 
   //! Builds this rank's stage with `make_stage(const stage_assignment&)` (which
-  //! returns an `EncoderStage` or an `LlmStage`) and its executor. `method` picks
+  //! returns an `EncoderStage` or an `LlmStage`; if it throws, every rank is
+  //! stopped, as for a failing step) and its executor. `method` picks
   //! the configuration: "dflop" (the plan's choice), "data_blind" or
   //! "dflop_reference". Throws `input_error` when the plan has no such method,
   //! when the world's size is not the plan's GPU count, or when `policy` is not
@@ -112,10 +114,12 @@ public:
     requires std::invocable<StageFactory&, const stage_assignment&>
   plan_runner(plan_layout layout, Communicator& world, StageFactory&& make_stage, executor_options options = {})
       : layout_(std::move(layout)), assignment_(checked_assignment(layout_, world)),
-        executor_(world, world_layout(layout_.config), stage_type(make_stage(assignment_)), options) {}
+        executor_(world, world_layout(layout_.config), built_stage(make_stage, assignment_, world), options) {}
 
   //! Runs one global batch: `batch` must have been scheduled for this runner's
-  //! configuration (`pipeline::schedule_batch` with the same plan and method) from
+  //! configuration (`pipeline::schedule_batch` with the same plan and method; only
+  //! the configuration is checked, so a batch of another method with the same
+  //! degrees but another layer split is not caught) from
   //! `samples`, the batch's samples (every rank passes the same). Returns the
   //! loss (summed over the batch, the same on every rank), wall time and, with
   //! `executor_options::record_op_times`, this rank's op times. Throws
@@ -152,6 +156,17 @@ private:
                         "method '" + run.method + "' uses " + std::to_string(run.config.gpus()) +
                             " GPUs, the plan's cluster has " + std::to_string(chosen.cluster.gpus));
     return make_plan_layout(run.config, run.encoder, run.llm, policy);
+  }
+  // A factory that throws on some ranks only would leave the others waiting in the
+  // executor's collective group splits: it stops every rank instead (and rethrows).
+  template <class StageFactory>
+  static stage_type built_stage(StageFactory& make_stage, const stage_assignment& assignment, Communicator& world) {
+    try {
+      return stage_type(make_stage(assignment));
+    } catch (...) {
+      world.abort(std::current_exception());
+      throw;
+    }
   }
   static stage_assignment checked_assignment(const plan_layout& layout, const Communicator& world) {
     const int needed = layout.config.gpus();
