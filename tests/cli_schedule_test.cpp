@@ -10,6 +10,7 @@
 #include <dflop/workload/trace.hpp>
 
 #include <catch2/catch.hpp>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -23,8 +24,11 @@ using dflop::test::write_scratch_file;
 
 namespace {
 
-const std::string trace_path = std::string(DFLOP_TEST_SCRATCH_DIR) + "/schedule_workload.jsonl";
-const std::string plan_path = std::string(DFLOP_TEST_SCRATCH_DIR) + "/schedule_plan.json";
+// Per process: ctest runs each test case as its own process, in parallel, and
+// each makes these files once; shared names would be written while read.
+const std::string scratch = std::string(DFLOP_TEST_SCRATCH_DIR) + "/schedule_" + std::to_string(::getpid());
+const std::string trace_path = scratch + "_workload.jsonl";
+const std::string plan_path = scratch + "_plan.json";
 
 //! Writes a 300-sample trace and plans 16 GPUs for it once; returns the plan as saved.
 const nlohmann::json& saved_plan() {

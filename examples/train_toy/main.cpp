@@ -407,7 +407,6 @@ int run_plan_mode(int argc, char** argv, const options& o, dflop::toy::plan_run_
   run.steps = o.steps;
   run.json = o.json;
   run.watchdog = o.watchdog;
-  int rank = 0;
   bool mpi = false;
   try {
 #if defined(DFLOP_TRAIN_TOY_WITH_MPI)
@@ -415,7 +414,6 @@ int run_plan_mode(int argc, char** argv, const options& o, dflop::toy::plan_run_
       int provided = 0;
       MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
       mpi = true;
-      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       const dflop::toy::plan_run_inputs inputs(run);
       dflop::mpi_communicator comm(MPI_COMM_WORLD, o.watchdog);
       dflop::toy::train_plan(comm, inputs, run);
@@ -433,7 +431,8 @@ int run_plan_mode(int argc, char** argv, const options& o, dflop::toy::plan_run_
         o.watchdog);
     return 0;
   } catch (const dflop::input_error& e) {
-    if (rank == 0 || !mpi) std::cerr << "dflop-train-toy: " << e.what() << "\n";
+    // Every failing rank says why before aborting: the first abort kills the others.
+    std::cerr << "dflop-train-toy: " << e.what() << "\n";
 #if defined(DFLOP_TRAIN_TOY_WITH_MPI)
     // Some ranks may not have failed (a file unreadable on one node): finalizing
     // would wait for them, aborting ends the job with status 2 everywhere.
