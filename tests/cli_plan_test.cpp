@@ -5,6 +5,7 @@
 #include "cli_support.hpp"
 
 #include <catch2/catch.hpp>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -15,9 +16,11 @@ using dflop::test::write_scratch_file;
 
 namespace {
 
-// A workload file of 200 samples from the generator, so `--workload` is exercised.
+// A workload file of 200 samples from the generator, so `--workload` is exercised
+// (one per process: ctest runs the test cases as parallel processes).
 std::string small_trace() {
-  const std::string path = std::string(DFLOP_TEST_SCRATCH_DIR) + "/plan_workload.jsonl";
+  const std::string path =
+      std::string(DFLOP_TEST_SCRATCH_DIR) + "/plan_workload_" + std::to_string(::getpid()) + ".jsonl";
   const auto made = run_cli("generate --mixture onevision --samples 200 --seed 3 --output '" + path + "'", "plan_gen");
   REQUIRE(made.exit_code == 0);
   return path;
