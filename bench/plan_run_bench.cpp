@@ -226,7 +226,7 @@ nlohmann::json method_json(const method_run& run, const dflop::plan& chosen, dou
   const double raw = median(run.measured);
   const double model_seconds = raw / time_scale;
   const double predicted_seconds = median(predicted);
-  const dflop::method_result& result = dflop::detail::method_of(chosen, run.method);
+  const dflop::method_result& result = chosen.method(run.method);
   nlohmann::json steps = nlohmann::json::array();
   std::vector<double> step_ratios;  // each step against its own batch's prediction
   for (std::size_t k = 0; k < run.measured.size(); ++k) {

@@ -111,7 +111,7 @@ int run(const cli_options& o, bool mpi) {
 #endif
   const auto inputs = trainer::make_inputs(o.inputs, rank == 0 && !o.json ? &std::cerr : nullptr);
   const auto& chosen = inputs.chosen;
-  const auto& config = dflop::detail::method_of(chosen, o.run.method).config;
+  const auto& config = chosen.method(o.run.method).config;
   const char* mode = mpi ? "nccl" : "streams";
 #if defined(DFLOP_CUDA_TRAINER_WITH_MPI)
   if (mpi && size != chosen.cluster.gpus)

@@ -67,7 +67,7 @@ inline constexpr const char* builtin_gpu = "h100-80gb";
                                                    const input_options& options) {
   trainer_inputs out;
   out.chosen = std::move(chosen);
-  (void)detail::method_of(out.chosen, options.method);  // an unknown method fails before any work
+  (void)out.chosen.method(options.method);  // an unknown method fails before any work
   const trainer_pipeline::policies with{.schedule = named_schedule(out.chosen.schedule)};
   const std::uint64_t seed = options.seed.value_or(out.chosen.seed);
   batch_sampler sampler(pool.size(), static_cast<std::size_t>(out.chosen.global_batch), batch_mode::without_replacement,

@@ -61,7 +61,7 @@ struct plan_run_inputs {
       throw input_error("--emulate", 0,
                         "--plan runs emulated devices only (the toy model has no stages of a real model's shapes); "
                         "add --emulate");
-    (void)detail::method_of(chosen, options.method);  // an unknown method fails before any work
+    (void)chosen.method(options.method);  // an unknown method fails before any work
     const auto pool = options.workload.empty() ? default_workload() : read_trace_file(options.workload);
     const plan_pipeline::policies with{.schedule = named_schedule(chosen.schedule)};
     // As the planner and `dflop schedule` draw batches: one sampler, batch k packed with seed + k.

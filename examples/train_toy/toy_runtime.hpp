@@ -21,6 +21,7 @@
 #include <dflop/error.hpp>
 #include <dflop/exec/gradient_buffer.hpp>
 #include <dflop/exec/handoff.hpp>
+#include <dflop/exec/plan_runner.hpp>
 #include <dflop/exec/step_result.hpp>
 #include <dflop/model/module_kind.hpp>
 #include <dflop/model/multimodal_spec.hpp>
@@ -172,9 +173,7 @@ struct planned_batch {
   //! The simulated step time.
   [[nodiscard]] double predicted_seconds() const noexcept { return schedule.predicted_seconds; }
   //! The multimodal executor's (and the sequential reference's) view of it.
-  [[nodiscard]] multimodal_batch view() const {
-    return {samples, schedule.llm_microbatches, schedule.encoder_parts, schedule.slot_order};
-  }
+  [[nodiscard]] multimodal_batch view() const { return executable_batch(schedule, samples); }
   //! In the cost model's view, the samples replica `replica` runs as schedule
   //! microbatch `j` (slot `slot_order[j]`): what its ops' measured times are of.
   [[nodiscard]] std::vector<sample> priced_members(std::uint32_t replica, std::uint32_t j) const {

@@ -114,12 +114,8 @@ struct pipeline {
                                                      const CostModel& cost, const MemoryModel& memory,
                                                      std::uint64_t seed = 0, std::string_view method = "dflop",
                                                      const policies& with = {}) {
-    if (with.schedule.name() != chosen.schedule)
-      throw input_error("schedule", 0,
-                        "the plan was made for schedule '" + chosen.schedule + "', the pipeline's schedule policy is '" +
-                            std::string(with.schedule.name()) + "'");
-    const method_result& run = detail::method_of(chosen, method);
-    const plan_layout layout = make_plan_layout(run.config, run.encoder, run.llm, with.schedule);
+    const method_result& run = chosen.method(method);
+    const plan_layout layout = make_plan_layout(chosen, method, with.schedule);
     batch_options options = chosen.batch;
     options.seed = seed;
     if (&run == &chosen.chosen) {

@@ -83,7 +83,7 @@ two_steps run_twice(const plan_run& run, const plan& chosen, const std::string& 
   options.learning_rate = 1e-4 * host / norm;
   const auto ranks = run(inputs, options);
 
-  INFO(method << ": " << detail::method_of(chosen, method).config << ", schedule " << chosen.schedule);
+  INFO(method << ": " << chosen.method(method).config << ", schedule " << chosen.schedule);
   REQUIRE(ranks.size() == static_cast<std::size_t>(chosen.cluster.gpus));
   two_steps out{ranks.front()[0].loss, ranks.front()[1].loss, 0};
   out.predicted = out.loss - options.learning_rate * norm;
@@ -140,8 +140,8 @@ run_options small_model() {
 }  // namespace
 
 TEST_CASE("cuda trainer: the built-in plan's methods differ, so the runs cover PP, TP and DP", "[cuda_trainer]") {
-  const auto& dflop = detail::method_of(builtin(), "dflop").config;
-  const auto& reference = detail::method_of(builtin(), "dflop_reference").config;
+  const auto& dflop = builtin().method("dflop").config;
+  const auto& reference = builtin().method("dflop_reference").config;
   CHECK(builtin().cluster.gpus == 4);
   CHECK(dflop.llm.pp > 1);
   CHECK((reference.llm.tp > 1 || reference.encoder.dp > 1));

@@ -62,8 +62,7 @@ using plan_pipeline =
 void schedule_batch(const dflop::plan& plan, const std::string& method, scheduled_batch& batch) {
   const plan_pipeline::policies with{.schedule = dflop::named_schedule(plan.schedule)};
   batch.schedule = plan_pipeline::schedule_batch(plan, batch.samples, batch.seed, method, with);
-  const dflop::method_result& run = dflop::detail::method_of(plan, method);
-  const dflop::plan_layout layout = dflop::make_plan_layout(run.config, run.encoder, run.llm, with.schedule);
+  const dflop::plan_layout layout = dflop::make_plan_layout(plan, method, with.schedule);
   batch.memory = dflop::heaviest_stage_memories(plan_pipeline::memory_model_type(plan.model_spec), layout,
                                                 batch.schedule, batch.samples);
 }
@@ -173,7 +172,7 @@ void print_batch(std::size_t index, const scheduled_batch& batch) {
 //! Draws, schedules and prints the batches.
 void run_schedule(const schedule_options& options) {
   const dflop::plan plan = dflop::read_plan(options.plan);
-  const dflop::method_result& run = dflop::detail::method_of(plan, options.method);  // an unknown method fails first
+  const dflop::method_result& run = plan.method(options.method);  // an unknown method fails first
   const auto workload = options.workload.empty() ? dflop::default_workload() : dflop::read_trace_file(options.workload);
   const int batches = options.batches != 0 ? options.batches : plan.batches;
   if (batches < 1) throw dflop::input_error("--batches", 0, "must be at least 1, got " + std::to_string(batches));

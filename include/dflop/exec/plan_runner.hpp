@@ -69,20 +69,18 @@ struct stage_assignment {
   return out;
 }
 
+//! What the multimodal executor runs for `batch`, whose sample numbers index `samples`.
+[[nodiscard]] inline multimodal_batch executable_batch(const batch_schedule& batch,
+                                                       std::span<const sample> samples) noexcept {
+  return {samples, batch.llm_microbatches, batch.encoder_parts, batch.slot_order};
+}
+
 namespace detail {
 template <class Communicator, class EncoderStage, class LlmStage>
 using plan_executor_t = std::conditional_t<std::is_same_v<EncoderStage, LlmStage>,
                                            multimodal_executor<Communicator, EncoderStage>,
                                            multimodal_executor<Communicator, EncoderStage, LlmStage>>;
 
-//! The method of `chosen` called `method`: the plan's own choice ("dflop") or a baseline.
-[[nodiscard]] inline const method_result& method_of(const plan& chosen, std::string_view method) {
-  if (method == chosen.chosen.method || method == "dflop") return chosen.chosen;
-  if (const method_result* found = chosen.baseline(method)) return *found;
-  std::string known = "dflop";
-  for (const auto& b : chosen.baselines) known.append(", ").append(b.method);
-  throw input_error("method", 0, "the plan has no method '" + std::string(method) + "' (it has " + known + ")");
-}
 }  // namespace detail
 
 //! Runs one method of a plan (dflop's choice or a baseline's configuration) on
@@ -107,7 +105,7 @@ public:
     requires std::invocable<StageFactory&, const stage_assignment&>
   plan_runner(const plan& chosen, Communicator& world, StageFactory&& make_stage, executor_options options = {},
               std::string_view method = "dflop", Schedule policy = {})
-      : plan_runner(layout_for(chosen, method, policy), world, std::forward<StageFactory>(make_stage), options) {}
+      : plan_runner(make_plan_layout(chosen, method, policy), world, std::forward<StageFactory>(make_stage), options) {}
 
   //! Runs a plan layout directly (a configuration made concrete with `make_plan_layout`).
   template <class StageFactory>
@@ -131,8 +129,7 @@ public:
       text << "the batch was scheduled for " << batch.config << ", this runner runs " << layout_.config;
       throw input_error("batch_schedule", 0, text.str());
     }
-    const multimodal_batch view{samples, batch.llm_microbatches, batch.encoder_parts, batch.slot_order};
-    return executor_.step(layout_.schedule, view);
+    return executor_.step(layout_.schedule, executable_batch(batch, samples));
   }
 
   //! The configuration, layer splits and schedule this runner runs.
@@ -145,18 +142,6 @@ public:
   [[nodiscard]] executor_type& executor() noexcept { return executor_; }
 
 private:
-  static plan_layout layout_for(const plan& chosen, std::string_view method, const Schedule& policy) {
-    if (policy.name() != chosen.schedule)
-      throw input_error("schedule", 0,
-                        "the plan was made for schedule '" + chosen.schedule + "', the runner's schedule policy is '" +
-                            std::string(policy.name()) + "'");
-    const method_result& run = detail::method_of(chosen, method);
-    if (run.config.gpus() != chosen.cluster.gpus)
-      throw input_error("plan", 0,
-                        "method '" + run.method + "' uses " + std::to_string(run.config.gpus()) +
-                            " GPUs, the plan's cluster has " + std::to_string(chosen.cluster.gpus));
-    return make_plan_layout(run.config, run.encoder, run.llm, policy);
-  }
   // A factory that throws on some ranks only would leave the others waiting in the
   // executor's collective group splits: it stops every rank instead (and rethrows).
   template <class StageFactory>

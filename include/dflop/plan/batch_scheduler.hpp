@@ -127,16 +127,13 @@ private:
     order_and_simulate(layout, options, out);
   }
 
-  // Whether the configuration has an encoder module (`pp == 0`: LLM only).
-  [[nodiscard]] static bool has_encoder(const parallel_config& c) noexcept { return c.encoder.pp > 0; }
-
   // Per-sample 2-D costs in comparable units: a bin's LLM stage time, and its
   // share of the encoder stage time of its slot (a slot's encoder work for all
   // llm.dp bins is spread over encoder.dp replicas). Without an encoder the
   // encoder column is 0: the packer balances the LLM alone.
   void price_samples(const plan_layout& layout, std::span<const sample> batch) {
     const parallel_config& c = layout.config;
-    const bool encoder = has_encoder(c);
+    const bool encoder = c.has_encoder();
     const double encoder_scale = encoder ? static_cast<double>(c.llm.dp) / (c.encoder.dp * c.encoder.pp) : 0.0;
     encoder_cost_.resize(batch.size());
     sample_costs_.resize(batch.size() * 2);
@@ -223,7 +220,7 @@ private:
   // encoder replica. Without an encoder there are no parts (zero encoder replicas).
   void split_encoder_work(const parallel_config& c, batch_schedule& out) {
     const auto m = static_cast<std::size_t>(c.microbatches);
-    const auto encoder_replicas = has_encoder(c) ? static_cast<std::size_t>(c.encoder.dp) : 0;
+    const auto encoder_replicas = c.has_encoder() ? static_cast<std::size_t>(c.encoder.dp) : 0;
     out.encoder_parts.resize(encoder_replicas * m);
     if (encoder_replicas == 0) return;
     for (auto& part : out.encoder_parts) part.clear();
@@ -314,7 +311,7 @@ private:
     multimodal_costs& costs = out.costs;
     costs.microbatches = m;
     const bool split = layout.schedule.split_backward;
-    if (has_encoder(c)) {
+    if (c.has_encoder()) {
       fill_module(module_kind::encoder, layout.encoder, ranks, batch, m, out.encoder_parts, split,
                   options.weight_gradient_share, costs.encoder);
     } else {
@@ -326,7 +323,7 @@ private:
 
     // Hand-offs: each encoder replica sends each LLM replica the projected tokens
     // (LLM hidden size, bf16) of exactly the samples that replica needs.
-    const auto encoder_replicas = has_encoder(c) ? static_cast<std::size_t>(c.encoder.dp) : 0;
+    const auto encoder_replicas = c.has_encoder() ? static_cast<std::size_t>(c.encoder.dp) : 0;
     const auto llm_replicas = static_cast<std::size_t>(c.llm.dp);
     costs.handoffs.assign(encoder_replicas * m * llm_replicas, handoff{});
     if (encoder_replicas == 0) return;

@@ -56,6 +56,8 @@ struct parallel_config {
   [[nodiscard]] constexpr int gpus() const noexcept { return encoder.gpus() + llm.gpus(); }
   //! Stages of the combined pipeline (encoder stages, then LLM stages).
   [[nodiscard]] constexpr int stages() const noexcept { return encoder.pp + llm.pp; }
+  //! Whether there is an encoder module (`encoder.pp == 0`: an LLM-only pipeline).
+  [[nodiscard]] constexpr bool has_encoder() const noexcept { return encoder.pp > 0; }
   //! Bins one global batch is packed into: one per (LLM replica, microbatch).
   [[nodiscard]] constexpr int bins() const noexcept { return llm.dp * microbatches; }
 

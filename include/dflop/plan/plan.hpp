@@ -7,6 +7,7 @@
 #pragma once
 
 #include <dflop/cost/memory_model.hpp>
+#include <dflop/error.hpp>
 #include <dflop/model/module_kind.hpp>
 #include <dflop/model/multimodal_spec.hpp>
 #include <dflop/plan/batch_options.hpp>
@@ -20,6 +21,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dflop {
@@ -94,6 +96,15 @@ struct plan {
     for (const auto& result : baselines)
       if (result.method == method) return &result;
     return nullptr;
+  }
+  //! The method called `name`: dflop's choice ("dflop") or a baseline. Throws
+  //! `input_error` naming the methods the plan has when it has no such one.
+  [[nodiscard]] const method_result& method(std::string_view name) const {
+    if (name == chosen.method || name == "dflop") return chosen;
+    if (const method_result* found = baseline(name)) return *found;
+    std::string known = "dflop";
+    for (const auto& b : baselines) known.append(", ").append(b.method);
+    throw input_error("method", 0, "the plan has no method '" + std::string(name) + "' (it has " + known + ")");
   }
 };
 

@@ -9,11 +9,13 @@
 #include <dflop/plan/cluster.hpp>
 #include <dflop/plan/module_plan.hpp>
 #include <dflop/plan/parallel_config.hpp>
+#include <dflop/plan/plan.hpp>
 #include <dflop/plan/rank_layout.hpp>
 #include <dflop/schedule/concept.hpp>
 #include <dflop/schedule/op.hpp>
 
 #include <string>
+#include <string_view>
 
 namespace dflop {
 
@@ -46,6 +48,24 @@ template <schedule Policy>
     throw input_error("schedule", 0, text);
   }
   return layout;
+}
+
+//! The layout of method `method` ("dflop" or a baseline) of `chosen`, with
+//! `policy`'s op lists: what a runner runs and a batch is scheduled for. Throws
+//! `input_error` when `policy` is not the schedule the plan was made with, the
+//! plan has no such method, or the method's GPUs are not the plan's cluster.
+template <schedule Policy>
+[[nodiscard]] plan_layout make_plan_layout(const plan& chosen, std::string_view method, const Policy& policy) {
+  if (policy.name() != chosen.schedule)
+    throw input_error("schedule", 0,
+                      "the plan was made for schedule '" + chosen.schedule + "', the schedule policy is '" +
+                          std::string(policy.name()) + "'");
+  const method_result& run = chosen.method(method);
+  if (run.config.gpus() != chosen.cluster.gpus)
+    throw input_error("plan", 0,
+                      "method '" + run.method + "' uses " + std::to_string(run.config.gpus()) +
+                          " GPUs, the plan's cluster has " + std::to_string(chosen.cluster.gpus));
+  return make_plan_layout(run.config, run.encoder, run.llm, policy);
 }
 
 }  // namespace dflop
