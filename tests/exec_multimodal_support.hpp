@@ -10,6 +10,8 @@
 #include <dflop/util/precise_sleep.hpp>
 
 #include <dflop/exec/microbatch_view.hpp>
+#include <dflop/exec/plan_runner.hpp>
+#include <dflop/exec/sequential_reference.hpp>
 #include <dflop/exec/stage.hpp>
 #include <dflop/schedule/op.hpp>
 #include <dflop/sim/multimodal.hpp>
@@ -283,6 +285,36 @@ void connect_tensor_group(Slot& slot, Group& group) {
       },
       slot);
 }
+
+// The toy stage a plan rank's assignment names: its pipeline position fixes its weights.
+inline std::variant<toy_encoder_stage, toy_llm_stage> make_toy_stage(const stage_assignment& a) {
+  if (a.role.encoder()) return toy_encoder_stage(a.role.position);
+  return toy_llm_stage(a.role.position, a.positions, a.role.position - a.role.stage);
+}
+
+// The sequential reference of a configuration's toy stages: one object per
+// pipeline position, every replica through it (positions as make_toy_stage's).
+struct toy_reference {
+  std::vector<toy_encoder_stage> encoder;
+  std::vector<toy_llm_stage> llm;
+
+  explicit toy_reference(const parallel_config& config) {
+    const auto encoder_stages = static_cast<std::uint32_t>(config.encoder.pp);
+    const auto positions = static_cast<std::uint32_t>(config.stages());
+    for (std::uint32_t s = 0; s < encoder_stages; ++s) encoder.emplace_back(s);
+    for (std::uint32_t p = encoder_stages; p < positions; ++p) llm.emplace_back(p, positions, encoder_stages);
+  }
+  // One step from zero gradients; returns its loss.
+  double step(const multimodal_batch& batch, std::uint32_t m) {
+    for (auto& s : encoder) std::ranges::fill(s.gradients(), 0.0);
+    for (auto& s : llm) std::ranges::fill(s.gradients(), 0.0);
+    return run_sequential(encoder, llm, batch, m);
+  }
+  // The gradients of pipeline position `position`.
+  std::span<const double> gradients(std::uint32_t position) {
+    return position < encoder.size() ? encoder[position].gradients() : llm[position - encoder.size()].gradients();
+  }
+};
 
 // A multimodal batch and the lists it views.
 struct batch_data {

@@ -32,12 +32,6 @@ namespace {
 using test_pipeline = pipeline<flops_cost_model, min_max_layers, refined_packer, named_schedule>;
 using toy_runner = test_pipeline::runner<inproc_communicator, test::toy_encoder_stage, test::toy_llm_stage>;
 
-// The toy stage a rank's assignment names: its pipeline position fixes its weights.
-toy_runner::stage_type make_stage(const stage_assignment& a) {
-  if (a.role.encoder()) return test::toy_encoder_stage(a.role.position);
-  return test::toy_llm_stage(a.role.position, a.positions, a.role.position - a.role.stage);
-}
-
 struct run_output {
   std::vector<double> losses;                  // per step (rank 0's)
   std::vector<std::vector<double>> gradients;  // per position, last step: replica 0, summed over its TP ranks
@@ -55,7 +49,7 @@ run_output run_plan(const plan& chosen, const std::string& method, const std::ve
   std::map<std::uint32_t, std::vector<double>> summed;
   std::mutex mutex;
   run_inproc(chosen.cluster.gpus, [&](inproc_communicator& comm) {
-    toy_runner run(chosen, comm, make_stage, {.watchdog_seconds = 20}, method, named_schedule(chosen.schedule));
+    toy_runner run(chosen, comm, test::make_toy_stage, {.watchdog_seconds = 20}, method, named_schedule(chosen.schedule));
     test::connect_tensor_group(run.stage(), run.executor().tensor_group());
     for (std::size_t step = 0; step < batches.size(); ++step) {
       std::visit([](auto& s) { std::ranges::fill(s.gradients(), 0.0); }, run.stage());
@@ -90,29 +84,20 @@ struct reference_output {
 
 reference_output run_reference(const plan_layout& layout, const std::vector<std::vector<sample>>& batches,
                                const std::vector<batch_schedule>& scheduled) {
-  const auto encoder_stages = static_cast<std::uint32_t>(layout.config.encoder.pp);
-  const auto positions = static_cast<std::uint32_t>(layout.config.stages());
-  std::vector<test::toy_encoder_stage> encoder;
-  std::vector<test::toy_llm_stage> llm;
-  for (std::uint32_t s = 0; s < encoder_stages; ++s) encoder.emplace_back(s);
-  for (std::uint32_t p = encoder_stages; p < positions; ++p) llm.emplace_back(p, positions, encoder_stages);
+  test::toy_reference stages(layout.config);
   reference_output out;
-  for (std::size_t step = 0; step < batches.size(); ++step) {
-    for (auto& s : encoder) std::ranges::fill(s.gradients(), 0.0);
-    for (auto& s : llm) std::ranges::fill(s.gradients(), 0.0);
-    const auto& b = scheduled[step];
-    const multimodal_batch view{batches[step], b.llm_microbatches, b.encoder_parts, b.slot_order};
-    out.losses.push_back(run_sequential(encoder, llm, view, static_cast<std::uint32_t>(layout.config.microbatches)));
-  }
-  for (auto& s : encoder) out.gradients.emplace_back(s.gradients().begin(), s.gradients().end());
-  for (auto& s : llm) out.gradients.emplace_back(s.gradients().begin(), s.gradients().end());
+  for (std::size_t step = 0; step < batches.size(); ++step)
+    out.losses.push_back(stages.step(executable_batch(scheduled[step], batches[step]),
+                                     static_cast<std::uint32_t>(layout.config.microbatches)));
+  for (std::uint32_t p = 0; p < static_cast<std::uint32_t>(layout.config.stages()); ++p)
+    out.gradients.emplace_back(stages.gradients(p).begin(), stages.gradients(p).end());
   return out;
 }
 
 // Runs `method` of `chosen` on `count` global batches and compares with the reference.
 void check_against_reference(const plan& chosen, const std::string& method, std::size_t count,
                              const std::vector<sample>& workload) {
-  const auto& run = detail::method_of(chosen, method);
+  const auto& run = chosen.method(method);
   INFO(method << ": " << run.config << ", encoder " << run.encoder << ", llm " << run.llm << ", schedule "
               << chosen.schedule);
   std::vector<std::vector<sample>> batches;
@@ -124,7 +109,7 @@ void check_against_reference(const plan& chosen, const std::string& method, std:
                                                       {.schedule = named_schedule(chosen.schedule)}));
     REQUIRE(scheduled.back().config == run.config);
   }
-  const plan_layout layout = make_plan_layout(run.config, run.encoder, run.llm, named_schedule(chosen.schedule));
+  const plan_layout layout = make_plan_layout(chosen, method, named_schedule(chosen.schedule));
   const auto reference = run_reference(layout, batches, scheduled);
   const auto got = run_plan(chosen, method, batches, scheduled);
   // The toy stages' TP math sums partial products over the group: another order
@@ -233,16 +218,16 @@ TEST_CASE("plan_runner: clear errors for a wrong world, method, schedule or batc
       }
     });
   };
-  expect_error(3, [&](inproc_communicator& comm) { toy_runner run(chosen, comm, make_stage); });
+  expect_error(3, [&](inproc_communicator& comm) { toy_runner run(chosen, comm, test::make_toy_stage); });
   REQUIRE(errors.size() == 1);
   CHECK_THAT(errors.back(), Catch::Contains("the plan runs on " + needs + " GPUs") && Catch::Contains("3 ranks"));
 
-  expect_error(1, [&](inproc_communicator& comm) { toy_runner run(chosen, comm, make_stage, {}, "data_blind"); });
+  expect_error(1, [&](inproc_communicator& comm) { toy_runner run(chosen, comm, test::make_toy_stage, {}, "data_blind"); });
   REQUIRE(errors.size() == 2);
   CHECK_THAT(errors.back(), Catch::Contains("no method 'data_blind'"));
 
   expect_error(1, [&](inproc_communicator& comm) {
-    toy_runner run(chosen, comm, make_stage, {}, "dflop", named_schedule("gpipe"));
+    toy_runner run(chosen, comm, test::make_toy_stage, {}, "dflop", named_schedule("gpipe"));
   });
   REQUIRE(errors.size() == 3);
   CHECK_THAT(errors.back(), Catch::Contains("made for schedule '1f1b'") && Catch::Contains("'gpipe'"));
@@ -253,7 +238,7 @@ TEST_CASE("plan_runner: clear errors for a wrong world, method, schedule or batc
   const auto foreign = test_pipeline::schedule_batch(other, samples);
   std::vector<std::string> step_errors(static_cast<std::size_t>(chosen.cluster.gpus));
   run_inproc(chosen.cluster.gpus, [&](inproc_communicator& comm) {
-    toy_runner run(chosen, comm, make_stage);
+    toy_runner run(chosen, comm, test::make_toy_stage);
     try {
       (void)run.step(foreign, samples);
     } catch (const input_error& e) {

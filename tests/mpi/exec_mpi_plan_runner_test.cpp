@@ -28,11 +28,6 @@ using test::world_size;
 using test_pipeline = pipeline<flops_cost_model, min_max_layers, refined_packer, named_schedule>;
 using toy_runner = test_pipeline::runner<mpi_communicator, test::toy_encoder_stage, test::toy_llm_stage>;
 
-toy_runner::stage_type make_stage(const stage_assignment& a) {
-  if (a.role.encoder()) return test::toy_encoder_stage(a.role.position);
-  return test::toy_llm_stage(a.role.position, a.positions, a.role.position - a.role.stage);
-}
-
 }  // namespace
 
 TEST_CASE("MPI: an 8-GPU plan's every method through plan_runner, within 1e-12 of the reference", "[exec][mpi][runner]") {
@@ -49,21 +44,15 @@ TEST_CASE("MPI: an 8-GPU plan's every method through plan_runner, within 1e-12 o
   const auto samples = sample_batch(workload, 48, batch_mode::without_replacement, 7);
   mpi_communicator world(MPI_COMM_WORLD, 20);
   for (const char* method : {"dflop", "data_blind", "dflop_reference"}) {
-    const auto& run_method = detail::method_of(chosen, method);
+    const auto& run_method = chosen.method(method);
     INFO(method << ": " << run_method.config);
     const auto batch = test_pipeline::schedule_batch(chosen, samples, 3, method, with);
 
-    // The reference: one object per pipeline position, every replica through it.
-    const auto encoder_stages = static_cast<std::uint32_t>(run_method.config.encoder.pp);
-    const auto positions = static_cast<std::uint32_t>(run_method.config.stages());
-    std::vector<test::toy_encoder_stage> encoder;
-    std::vector<test::toy_llm_stage> llm;
-    for (std::uint32_t s = 0; s < encoder_stages; ++s) encoder.emplace_back(s);
-    for (std::uint32_t p = encoder_stages; p < positions; ++p) llm.emplace_back(p, positions, encoder_stages);
-    const multimodal_batch view{samples, batch.llm_microbatches, batch.encoder_parts, batch.slot_order};
-    const double expected = run_sequential(encoder, llm, view, static_cast<std::uint32_t>(run_method.config.microbatches));
+    test::toy_reference reference(run_method.config);
+    const double expected =
+        reference.step(executable_batch(batch, samples), static_cast<std::uint32_t>(run_method.config.microbatches));
 
-    toy_runner run(chosen, world, make_stage, {.watchdog_seconds = 20}, method, named_schedule(chosen.schedule));
+    toy_runner run(chosen, world, test::make_toy_stage, {.watchdog_seconds = 20}, method, named_schedule(chosen.schedule));
     test::connect_tensor_group(run.stage(), run.executor().tensor_group());
     const auto result = run.step(batch, samples);
     CHECK(std::abs(result.loss - expected) <= 1e-12 * std::abs(expected));
@@ -71,7 +60,7 @@ TEST_CASE("MPI: an 8-GPU plan's every method through plan_runner, within 1e-12 o
     // This rank's gradients: its TP shard of its position's reference gradients.
     const auto& role = run.assignment().role;
     const auto got = std::visit([](auto& s) { return s.gradients(); }, run.stage());
-    const auto want = role.encoder() ? encoder[role.stage].gradients() : llm[role.stage].gradients();
+    const auto want = reference.gradients(role.position);
     REQUIRE(got.size() == want.size());
     std::vector<double> shard(want.begin(), want.end());
     std::vector<double> mine(got.begin(), got.end());
