@@ -7,6 +7,7 @@ integral sizes only, nothing rounded) and handed over as int64 buffers.
 """
 
 import os
+from typing import Any
 
 from ._dflop import InputError, Samples, read_trace
 
@@ -62,7 +63,7 @@ def _from_structured_array(array, source):
     return Samples.from_columns(_text_column(array["modality"]), *columns, ids=ids, source=source)
 
 
-def samples_from(sizes, source="sizes"):
+def samples_from(sizes: Any, source: str = "sizes") -> Samples:
     """Per-sample sizes as dflop.Samples.
 
     `sizes`: a dflop.Samples (returned as is); a path (str or os.PathLike) to a
