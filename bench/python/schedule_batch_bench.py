@@ -3,8 +3,8 @@
 
 Prints one JSON object. Both sides run the call `dflop schedule` makes
 (pipeline<...>::schedule_batch with the plan's schedule and per-batch
-options) in the same process, interleaved round by round so load changes hit
-both alike:
+options) in the same process, alternating call by call so load changes (shared
+machines) hit both alike:
   cpp:    dflop._dflop._time_schedule_batch, a loop in C++ timing each call with
           std::chrono::steady_clock (no Python inside the loop);
   python: plan.schedule_batch(batch, seed) timed with time.perf_counter, the
@@ -49,8 +49,9 @@ def main():
 
     cpp, python, from_records, reading = [], [], [], []
     for _ in range(arguments.rounds):
-        cpp += _dflop._time_schedule_batch(plan, batch, seed, arguments.calls)
-        python += timed(lambda: plan.schedule_batch(batch, seed), arguments.calls)
+        for _ in range(arguments.calls):  # one C++ call, then one Python call: a pair sees the same load
+            cpp += _dflop._time_schedule_batch(plan, batch, seed, 1)
+            python += timed(lambda: plan.schedule_batch(batch, seed), 1)
         from_records += timed(lambda: plan.schedule_batch(records, seed), arguments.calls)
         scheduled = plan.schedule_batch(batch, seed)
         reading += timed(lambda: scheduled.llm_microbatches, arguments.calls)
@@ -65,6 +66,7 @@ def main():
         "cpp_median_seconds": cpp_median,
         "python_median_seconds": python_median,
         "python_over_cpp": python_median / cpp_median - 1,
+        "median_of_paired_ratios": statistics.median(p / c for p, c in zip(python, cpp)),
         "within_10_percent": python_median <= 1.10 * cpp_median,
         "python_from_list_of_dicts_median_seconds": statistics.median(from_records),
         "reading_llm_microbatches_median_seconds": statistics.median(reading),
