@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: Apache-2.0
+// dflop-torch-trainer: a small multimodal model in libtorch (ViT + projector +
+// causal LM over packed variable-length sequences) through dflop's whole path:
+// profile its parts with dflop::profiler -> fit -> plan -> schedule each batch ->
+// run the plan's stages with plan_runner, on threads or under mpirun one rank per
+// process; --json prints each step's loss, measured and predicted seconds.
+//
+//   dflop-torch-trainer --profile torch.csv                       # profile the parts, write the CSV
+//   dflop-torch-trainer --cost-profile torch.csv --steps 5 --check --json
+//   mpirun -np 2 dflop-torch-trainer --cost-profile torch.csv --steps 20 --json [--method data_blind]
+#include "model_options.hpp"
+#include "torch_stage.hpp"
+#include "trainer.hpp"
+
+#include <dflop/cost/fitted_cost_model.hpp>
+#include <dflop/cost/profile.hpp>
+#include <dflop/error.hpp>
+#include <dflop/exec/inproc_communicator.hpp>
+#include <dflop/plan/plan_file.hpp>
+#include <dflop/runtime/profile_writer.hpp>
+
+#if defined(DFLOP_TORCH_TRAINER_WITH_MPI)
+#include <dflop/exec/mpi_communicator.hpp>
+#include <mpi.h>
+#endif
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace dflop::torch_trainer;
+
+struct options {
+  trainer_options run;
+  std::string profile_out;   // --profile: write the profile here and stop
+  std::string cost_profile;  // --cost-profile: the profile to fit
+  std::string plan_in;       // --plan
+  std::string plan_out;      // --save-plan
+  std::vector<double> encoder_sizes{64, 256, 640, 1280, 2560};
+  std::vector<double> llm_sizes{32, 128, 320, 640, 1280};
+  int repeats = 5;
+};
+
+bool launched_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
+
+dflop::profile profile_now(const options& o, std::ostream* progress) {
+  dflop::profiler_options profiling;
+  profiling.warmup = 2;
+  profiling.repeats = o.repeats;
+  profiling.progress = progress;
+  profiling.source = o.profile_out.empty() ? "profile" : o.profile_out;
+  return profile_model(o.run.model, {o.encoder_sizes, o.llm_sizes}, profiling);
+}
+
+dflop::fitted_cost_model cost_model_of(const options& o, bool mpi, std::ostream* progress) {
+  if (!o.cost_profile.empty()) return dflop::fitted_cost_model::from_profile(dflop::read_profile_file(o.cost_profile));
+  if (mpi)
+    throw dflop::input_error("--cost-profile", 0,
+                             "under mpirun every rank must plan from the same costs: profile once with --profile FILE "
+                             "and pass --cost-profile FILE");
+  if (progress) *progress << "profiling the model's parts (pass --cost-profile to reuse a profile)\n";
+  return dflop::fitted_cost_model::from_profile(profile_now(o, progress));
+}
+
+// Rank 0's closing lines: the summary and, with --check, the single-process comparison.
+// Returns false when the check fails.
+bool report(const options& o, const trainer_inputs& inputs, const run_report& r) {
+  const auto& method = inputs.chosen.method(o.run.method);
+  const double m = median(r.measured), p = median(r.predicted);
+  std::vector<double> ratio;
+  for (std::size_t k = 0; k < r.measured.size(); ++k) ratio.push_back(r.predicted[k] > 0 ? r.measured[k] / r.predicted[k] : 0);
+  nlohmann::json errors;
+  const char* names[] = {"encoder_forward", "encoder_backward", "llm_forward", "llm_backward"};
+  std::vector<double> all;
+  for (std::size_t i = 0; i < 4; ++i) {
+    std::vector<double> absolute;
+    for (double e : r.op_errors[i]) absolute.push_back(std::abs(e));
+    all.insert(all.end(), absolute.begin(), absolute.end());
+    errors[names[i]] = {{"ops", absolute.size()}, {"median_abs_error", median(absolute)}, {"median_error", median(r.op_errors[i])}};
+  }
+  errors["all"] = {{"ops", all.size()}, {"median_abs_error", median(all)}};
+  std::ostringstream config;
+  config << method.config;
+  nlohmann::json summary{{"summary", true},
+                         {"method", o.run.method},
+                         {"config", config.str()},
+                         {"steps", r.measured.size()},
+                         {"global_batch", inputs.chosen.global_batch},
+                         {"median_measured_seconds", m},
+                         {"median_predicted_seconds", p},
+                         {"measured_over_predicted", p > 0 ? m / p : 0.0},
+                         {"median_step_ratio", median(ratio)},
+                         {"first_loss", r.losses.empty() ? 0.0 : r.losses.front()},
+                         {"last_loss", r.losses.empty() ? 0.0 : r.losses.back()},
+                         {"op_prediction", errors},
+                         {"float64", o.run.model.float64}};
+  bool passed = true;
+  if (o.run.check) {
+    const double tolerance = o.run.tolerance > 0 ? o.run.tolerance : (o.run.model.float64 ? 1e-12 : 1e-5);
+    const auto reference = reference_losses(inputs.batches, o.run.model);
+    double worst = 0;
+    for (std::size_t k = 0; k < reference.size(); ++k) {
+      const double difference = std::abs(r.losses[k] - reference[k]) / std::max(std::abs(reference[k]), 1e-300);
+      worst = std::max(worst, difference);
+      if (o.run.json)
+        std::cout << nlohmann::json{{"check", true}, {"step", k}, {"loss", r.losses[k]}, {"reference_loss", reference[k]},
+                                    {"relative_difference", difference}}
+                         .dump()
+                  << std::endl;
+      else
+        std::cout << "check step " << k << ": pipelined " << r.losses[k] << ", single-process " << reference[k]
+                  << " (relative difference " << difference << ")" << std::endl;
+    }
+    passed = worst <= tolerance;
+    summary["check"] = {{"max_relative_difference", worst}, {"tolerance", tolerance}, {"passed", passed}};
+    if (!passed)
+      std::cerr << "dflop-torch-trainer: the pipelined losses differ from the single-process run by " << worst
+                << " (relative), more than " << tolerance << "\n";
+  }
+  if (o.run.json) {
+    std::cout << summary.dump() << std::endl;
+  } else {
+    std::cout << o.run.method << " (" << config.str() << "): median measured " << m * 1e3 << " ms, predicted "
+              << p * 1e3 << " ms (measured/predicted " << (p > 0 ? m / p : 0.0) << "); loss " << summary["first_loss"]
+              << " -> " << summary["last_loss"] << "; op prediction median |error| " << median(all) << std::endl;
+  }
+  return passed;
+}
+
+int run(int argc, char** argv, const options& o) {
+  bool mpi = false;
+  try {
+    validate(o.run.model);
+    if (!o.profile_out.empty()) {
+      set_torch_threads(1);
+      dflop::write_profile_file(o.profile_out, profile_now(o, &std::cerr));
+      const auto fitted = dflop::fitted_cost_model::from_profile(dflop::read_profile_file(o.profile_out));
+      for (const auto& curve : fitted.curves()) std::cerr << curve << "\n";
+      std::cerr << "wrote " << o.profile_out << "\n";
+      return 0;
+    }
+#if defined(DFLOP_TORCH_TRAINER_WITH_MPI)
+    if (launched_by_mpirun()) {
+      int provided = 0;
+      MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+      mpi = true;
+      set_torch_threads(1);
+      std::optional<dflop::plan> saved;
+      if (!o.plan_in.empty()) saved = dflop::read_plan(o.plan_in);
+      const trainer_inputs inputs = make_inputs(o.run, cost_model_of(o, true, nullptr), std::move(saved), nullptr);
+      dflop::mpi_communicator comm(MPI_COMM_WORLD, o.run.watchdog);
+      if (comm.rank() == 0 && !o.plan_out.empty()) dflop::write_plan(o.plan_out, inputs.chosen);
+      const run_report r = train_rank(comm, inputs, o.run);
+      const bool passed = comm.rank() != 0 || report(o, inputs, r);
+      MPI_Finalize();
+      return passed ? 0 : 1;
+    }
+#else
+    (void)argc;
+    (void)argv;
+    if (launched_by_mpirun()) std::cerr << "dflop-torch-trainer: built without MPI; running threads in every process\n";
+#endif
+    set_torch_threads(1);  // one intra-op thread: the ranks (threads here) are the parallelism
+    std::ostream* progress = o.run.json ? nullptr : &std::cerr;
+    std::optional<dflop::plan> saved;
+    if (!o.plan_in.empty()) saved = dflop::read_plan(o.plan_in);
+    const trainer_inputs inputs = make_inputs(o.run, cost_model_of(o, false, progress), std::move(saved), progress);
+    if (!o.plan_out.empty()) dflop::write_plan(o.plan_out, inputs.chosen);
+    run_report rank0;
+    std::mutex guard;
+    dflop::run_inproc(
+        inputs.chosen.cluster.gpus,
+        [&](dflop::inproc_communicator& comm) {
+          set_torch_threads(1);  // per thread: OpenMP's thread count is a per-thread setting
+          run_report r = train_rank(comm, inputs, o.run);
+          if (comm.rank() == 0) {
+            std::lock_guard lock(guard);
+            rank0 = std::move(r);
+          }
+        },
+        o.run.watchdog);
+    return report(o, inputs, rank0) ? 0 : 1;
+  } catch (const dflop::input_error& e) {
+    std::cerr << "dflop-torch-trainer: " << e.what() << "\n";
+#if defined(DFLOP_TORCH_TRAINER_WITH_MPI)
+    if (mpi) MPI_Abort(MPI_COMM_WORLD, 2);
+#endif
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "dflop-torch-trainer: " << e.what() << "\n";
+#if defined(DFLOP_TORCH_TRAINER_WITH_MPI)
+    if (mpi) MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+    return 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  auto& m = o.run.model;
+  CLI::App app{"Trains a small libtorch multimodal model through dflop: profile -> fit -> plan -> run "
+               "(threads, or one rank per process under mpirun)"};
+  app.add_option("--profile", o.profile_out, "profile the model's parts with dflop::profiler, write the CSV and stop");
+  app.add_option("--profile-repeats", o.repeats, "timed runs per profiled size")->check(CLI::PositiveNumber);
+  app.add_option("--profile-encoder-tokens", o.encoder_sizes, "encoder sizes profiled (tokens, whole items)");
+  app.add_option("--profile-llm-tokens", o.llm_sizes, "LLM sizes profiled (tokens of one sequence)");
+  app.add_option("--cost-profile", o.cost_profile, "profile CSV to fit the cost model from (threads: default profiles now)");
+  app.add_option("--plan", o.plan_in, "run this saved plan (made for the same model flags) instead of planning");
+  app.add_option("--save-plan", o.plan_out, "write the plan made (or read) to this file");
+  app.add_option("--gpus", o.run.gpus, "ranks the plan runs on (one CPU core each)")->check(CLI::Range(2, 64));
+  app.add_option("--global-batch", o.run.global_batch, "samples per step")->check(CLI::Range(1, 4096));
+  app.add_option("--schedule", o.run.schedule, "pipeline schedule of the plan");
+  app.add_option("--method", o.run.method, "dflop, data_blind or dflop_reference");
+  app.add_option("--mixture", o.run.mixture, "dflop mixture samples are drawn from (scaled down)");
+  app.add_option("--pool-samples", o.run.pool_samples, "samples in the pool batches are drawn from")->check(CLI::Range(1, 1000000));
+  app.add_option("--steps", o.run.steps, "steps to run")->check(CLI::Range(0, 100000));
+  app.add_option("--seed", o.run.seed, "pool, planning and batch seed (batch k packed with seed + k)");
+  app.add_option("--watchdog", o.run.watchdog, "seconds without progress before every rank stops")->check(CLI::PositiveNumber);
+  app.add_flag("--json", o.run.json, "one JSON object per step, then a summary");
+  app.add_flag("--check", o.run.check, "compare every step's loss with the single-process run of the same batches (exit 1 if off)");
+  app.add_flag("--op-log", o.run.op_log, "print every op's measured and predicted time (stderr)");
+  app.add_option("--tolerance", o.run.tolerance, "relative tolerance of --check (default 1e-5; 1e-12 with --float64)");
+  app.add_flag("--float64", m.float64, "double precision");
+  app.add_option("--model-seed", m.seed, "initial weights and sample contents");
+  app.add_option("--learning-rate", m.learning_rate, "Adam step size");
+  app.add_option("--encoder-hidden", m.encoder_hidden, "encoder width");
+  app.add_option("--encoder-layers", m.encoder_layers, "encoder blocks");
+  app.add_option("--encoder-heads", m.encoder_heads, "encoder attention heads");
+  app.add_option("--encoder-ffn", m.encoder_ffn, "encoder MLP width");
+  app.add_option("--llm-hidden", m.llm_hidden, "LM width");
+  app.add_option("--llm-layers", m.llm_layers, "LM blocks");
+  app.add_option("--llm-heads", m.llm_heads, "LM attention heads");
+  app.add_option("--llm-ffn", m.llm_ffn, "LM MLP width");
+  app.add_option("--vocab", m.vocab, "LM vocabulary");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int status = app.exit(e);
+    return status == 0 ? 0 : 2;
+  }
+  return run(argc, argv, o);
+}

@@ -1,0 +1,697 @@
+// SPDX-License-Identifier: Apache-2.0
+// The torch trainer's model in libtorch (ATen + autograd), the only translation
+// unit that includes torch: the stage (torch_stage.hpp), the single-process
+// reference and the profiling targets. See model_options.hpp for the model.
+#include "torch_stage.hpp"
+
+#include <dflop/error.hpp>
+#include <dflop/util/random.hpp>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+
+namespace dflop::torch_trainer {
+
+namespace {
+
+using at::Tensor;
+
+// ------------------------------------------------------------ sample contents
+
+// A stable 64-bit key of a string (FNV-1a), mixed with the model's seed.
+std::uint64_t key_of(std::string_view text, std::uint64_t seed) {
+  std::uint64_t h = 1469598103934665603ull ^ (seed * 0x9e3779b97f4a7c15ull);
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// What a sample holds, derived from its id: each item's class and the text tokens.
+// The first text tokens name the items' classes (so the LM must read the image
+// tokens to predict them), the rest follow t -> 5 t + 3 mod vocab.
+struct sample_content {
+  std::vector<std::int64_t> classes;  // per item
+  std::vector<std::int64_t> text;     // text tokens
+};
+
+std::int64_t image_tokens(const sample& s, const model_options& o) { return s.encoder_items * o.llm_tokens_per_item(); }
+std::int64_t text_tokens(const sample& s, const model_options& o) { return s.llm_tokens - image_tokens(s, o); }
+
+sample_content content_of(const sample& s, const model_options& o) {
+  if (auto why = sample_mismatch(s, o); !why.empty()) throw input_error("sample " + s.id, 0, why);
+  random_generator random(key_of(s.id, o.seed));
+  sample_content c;
+  for (std::int64_t i = 0; i < s.encoder_items; ++i)
+    c.classes.push_back(static_cast<std::int64_t>(random() % static_cast<std::uint64_t>(o.classes)));
+  const std::int64_t text = text_tokens(s, o);
+  for (std::int64_t j = 0; j < text; ++j) {
+    std::int64_t token = 0;
+    if (j < static_cast<std::int64_t>(c.classes.size())) token = c.classes[static_cast<std::size_t>(j)];
+    else if (j == 0) token = static_cast<std::int64_t>(random() % static_cast<std::uint64_t>(o.vocab));
+    else token = (5 * c.text.back() + 3) % o.vocab;
+    c.text.push_back(token);
+  }
+  return c;
+}
+
+// Tokens the loss predicts in `s`: every text token, but a text-only sample's first.
+std::int64_t targets_of(const sample& s, const model_options& o) {
+  return text_tokens(s, o) - (s.encoder_items > 0 ? 0 : 1);
+}
+
+// ------------------------------------------------------------ parameters
+
+// One flat parameter buffer with its gradient and Adam moments; every parameter
+// is a view into it, and its .grad a view into the flat gradient (autograd adds
+// into it in place), so the data-parallel sum and the optimizer see one array.
+class parameter_store {
+public:
+  enum class init : std::uint8_t { normal, ones, zeros };
+
+  // Declares a parameter; `scale` is the normal's standard deviation.
+  std::size_t declare(std::string name, std::vector<std::int64_t> shape, init kind, double scale = 0) {
+    specs_.push_back({std::move(name), std::move(shape), kind, scale});
+    return specs_.size() - 1;
+  }
+
+  // Allocates and initializes every declared parameter, each from its own seed.
+  void allocate(at::ScalarType dtype, std::uint64_t seed) {
+    std::int64_t total = 0;
+    for (const auto& s : specs_) total += numel(s.shape);
+    std::vector<double> values;
+    values.reserve(static_cast<std::size_t>(total));
+    for (const auto& s : specs_) {
+      random_generator random(key_of(s.name, seed));
+      for (std::int64_t i = 0; i < numel(s.shape); ++i)
+        values.push_back(s.kind == init::ones ? 1.0 : s.kind == init::zeros ? 0.0 : s.scale * random.normal());
+    }
+    const auto options = at::TensorOptions().dtype(dtype);
+    // A copy (from_blob aliases `values`, which dies here; `to` alone would not copy doubles).
+    flat_ = at::from_blob(values.data(), {total}, at::TensorOptions().dtype(at::kDouble)).to(options, false, true);
+    grad_ = at::zeros({total}, options);
+    first_moment_ = at::zeros({total}, options);
+    second_moment_ = at::zeros({total}, options);
+    std::int64_t offset = 0;
+    for (const auto& s : specs_) {
+      const std::int64_t n = numel(s.shape);
+      Tensor p = flat_.narrow(0, offset, n).view(s.shape).detach().requires_grad_(true);
+      p.mutable_grad() = grad_.narrow(0, offset, n).view(s.shape);
+      tensors_.push_back(p);
+      offset += n;
+    }
+  }
+
+  [[nodiscard]] const Tensor& operator[](std::size_t i) const { return tensors_.at(i); }
+  [[nodiscard]] std::size_t count() const noexcept { return static_cast<std::size_t>(flat_.defined() ? flat_.numel() : 0); }
+
+  [[nodiscard]] gradient_buffer gradients() {
+    if (!grad_.defined() || grad_.numel() == 0) return {};
+    const bool single = grad_.scalar_type() == at::kFloat;
+    return {grad_.data_ptr(), static_cast<std::size_t>(grad_.numel()),
+            single ? element_type::float32 : element_type::float64};
+  }
+
+  // Autograd must have added into the flat gradient, not replaced a parameter's .grad.
+  void check_gradients() const {
+    for (std::size_t i = 0; i < tensors_.size(); ++i)
+      if (!tensors_[i].grad().defined() || !tensors_[i].grad().is_alias_of(grad_))
+        throw error("torch_stage: the gradient of '" + specs_[i].name +
+                    "' no longer lives in the flat gradient buffer (autograd replaced it)");
+  }
+
+  // Adam (beta 0.9, 0.999, eps 1e-8) on the flat buffers, then zeroes the gradient.
+  void adam_step(double rate) {
+    if (!flat_.defined()) return;
+    at::NoGradGuard no_grad;
+    ++steps_;
+    constexpr double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+    first_moment_.mul_(beta1).add_(grad_, 1 - beta1);
+    second_moment_.mul_(beta2).addcmul_(grad_, grad_, 1 - beta2);
+    const double correction1 = 1 - std::pow(beta1, steps_);
+    const double correction2 = 1 - std::pow(beta2, steps_);
+    Tensor denominator = (second_moment_ / correction2).sqrt_().add_(eps);
+    flat_.addcdiv_(first_moment_, denominator, -rate / correction1);
+    grad_.zero_();
+  }
+
+private:
+  struct spec {
+    std::string name;
+    std::vector<std::int64_t> shape;
+    init kind;
+    double scale;
+  };
+  static std::int64_t numel(const std::vector<std::int64_t>& shape) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+  }
+
+  std::vector<spec> specs_;
+  std::vector<Tensor> tensors_;
+  Tensor flat_, grad_, first_moment_, second_moment_;
+  int steps_ = 0;
+};
+
+// One pre-norm transformer block's parameters (indices into the store).
+struct block_parameters {
+  std::size_t norm1_w, norm1_b, qkv_w, qkv_b, out_w, out_b, norm2_w, norm2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+};
+
+block_parameters declare_block(parameter_store& store, const std::string& prefix, std::int64_t hidden,
+                               std::int64_t ffn, std::int64_t layers) {
+  using init = parameter_store::init;
+  const double in_scale = 1.0 / std::sqrt(static_cast<double>(hidden));
+  const double out_scale = in_scale / std::sqrt(2.0 * static_cast<double>(layers));
+  block_parameters b{};
+  b.norm1_w = store.declare(prefix + ".norm1.w", {hidden}, init::ones);
+  b.norm1_b = store.declare(prefix + ".norm1.b", {hidden}, init::zeros);
+  b.qkv_w = store.declare(prefix + ".qkv.w", {hidden, 3 * hidden}, init::normal, in_scale);
+  b.qkv_b = store.declare(prefix + ".qkv.b", {3 * hidden}, init::zeros);
+  b.out_w = store.declare(prefix + ".out.w", {hidden, hidden}, init::normal, out_scale);
+  b.out_b = store.declare(prefix + ".out.b", {hidden}, init::zeros);
+  b.norm2_w = store.declare(prefix + ".norm2.w", {hidden}, init::ones);
+  b.norm2_b = store.declare(prefix + ".norm2.b", {hidden}, init::zeros);
+  b.fc1_w = store.declare(prefix + ".fc1.w", {hidden, ffn}, init::normal, in_scale);
+  b.fc1_b = store.declare(prefix + ".fc1.b", {ffn}, init::zeros);
+  b.fc2_w = store.declare(prefix + ".fc2.w", {ffn, hidden}, init::normal, out_scale / std::sqrt(ffn / double(hidden)));
+  b.fc2_b = store.declare(prefix + ".fc2.b", {hidden}, init::zeros);
+  return b;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ the model part a stage holds
+
+struct torch_stage::impl {
+  stage_assignment assignment;
+  model_options o;
+  at::ScalarType dtype;
+  bool encoder;
+  parameter_store store;
+  // encoder: patch embedding, positions; projector (norm, two linears)
+  // LLM: token and position embeddings; head (norm, linear)
+  std::size_t embed_w = 0, embed_b = 0, positions = 0, norm_w = 0, norm_b = 0, head1_w = 0, head1_b = 0,
+              head2_w = 0, head2_b = 0;
+  std::vector<block_parameters> blocks;
+  std::vector<std::vector<float>> templates;  // per class: the item's clean patch values
+  std::map<std::int64_t, Tensor> masks;       // causal masks by sequence length
+
+  struct graph {
+    Tensor leaf;    // the input activation (autograd leaf), when received
+    Tensor output;  // the output activation, or the loss
+    bool loss = false;
+  };
+  std::map<std::uint32_t, graph> graphs;  // per microbatch in flight
+  std::vector<op_record> records;
+  double targets = 1;
+
+  impl(const stage_assignment& a, const model_options& options)
+      : assignment(a), o(options), dtype(options.float64 ? at::kDouble : at::kFloat),
+        encoder(a.role.module == module_kind::encoder) {
+    validate(o);
+    using init = parameter_store::init;
+    const std::int64_t h = hidden();
+    if (encoder) {
+      if (a.slice.embedding) {
+        embed_w = store.declare("encoder.patch.w", {o.patch_values, h}, init::normal, 1.0 / std::sqrt(o.patch_values));
+        embed_b = store.declare("encoder.patch.b", {h}, init::zeros);
+        positions = store.declare("encoder.positions", {o.patches_per_item, h}, init::normal, 0.02);
+      }
+      for (std::int64_t l = a.first_layer; l < a.end_layer; ++l)
+        blocks.push_back(declare_block(store, "encoder.layer" + std::to_string(l), h, o.encoder_ffn, o.encoder_layers));
+      if (a.slice.head) {
+        const std::int64_t lh = o.llm_hidden;
+        norm_w = store.declare("projector.norm.w", {h}, init::ones);
+        norm_b = store.declare("projector.norm.b", {h}, init::zeros);
+        head1_w = store.declare("projector.fc1.w", {h, lh}, init::normal, 1.0 / std::sqrt(double(h)));
+        head1_b = store.declare("projector.fc1.b", {lh}, init::zeros);
+        head2_w = store.declare("projector.fc2.w", {lh, lh}, init::normal, 1.0 / std::sqrt(double(lh)));
+        head2_b = store.declare("projector.fc2.b", {lh}, init::zeros);
+      }
+      random_generator random(key_of("templates", o.seed));
+      templates.resize(static_cast<std::size_t>(o.classes));
+      for (auto& t : templates)
+        for (int i = 0; i < o.patches_per_item * o.patch_values; ++i) t.push_back(static_cast<float>(random.uniform(-1, 1)));
+    } else {
+      if (a.slice.embedding) {
+        embed_w = store.declare("llm.tokens", {o.vocab, h}, init::normal, 1.0);
+        positions = store.declare("llm.positions", {o.max_positions, h}, init::normal, 0.02);
+      }
+      for (std::int64_t l = a.first_layer; l < a.end_layer; ++l)
+        blocks.push_back(declare_block(store, "llm.layer" + std::to_string(l), h, o.llm_ffn, o.llm_layers));
+      if (a.slice.head) {
+        norm_w = store.declare("llm.norm.w", {h}, init::ones);
+        norm_b = store.declare("llm.norm.b", {h}, init::zeros);
+        head1_w = store.declare("llm.head.w", {h, o.vocab}, init::normal, 1.0 / std::sqrt(double(h)));
+      }
+    }
+    store.allocate(dtype, o.seed);
+  }
+
+  [[nodiscard]] std::int64_t hidden() const noexcept { return encoder ? o.encoder_hidden : o.llm_hidden; }
+  [[nodiscard]] at::TensorOptions options() const { return at::TensorOptions().dtype(dtype); }
+  [[nodiscard]] bool last_position() const noexcept { return assignment.role.position + 1 == assignment.positions; }
+  [[nodiscard]] bool receives_handoff() const noexcept {
+    return !encoder && assignment.slice.embedding && assignment.role.position > 0;
+  }
+  [[nodiscard]] const Tensor& p(std::size_t i) const { return store[i]; }
+
+  // Rows (and their width) of the activation entering this stage, for one sample.
+  [[nodiscard]] std::int64_t input_rows(const sample& s) const {
+    if (assignment.role.position == 0) return 0;
+    if (encoder) return s.encoder_items * o.patches_per_item;
+    if (receives_handoff()) return image_tokens(s, o);
+    return s.llm_tokens;
+  }
+  [[nodiscard]] std::int64_t input_width() const noexcept {
+    return encoder ? o.encoder_hidden : o.llm_hidden;  // the hand-off rows are projected to the LLM's width
+  }
+  [[nodiscard]] std::int64_t output_rows(const sample& s) const {
+    if (last_position()) return 0;
+    if (!encoder) return s.llm_tokens;
+    return assignment.slice.head ? image_tokens(s, o) : s.encoder_items * o.patches_per_item;
+  }
+  [[nodiscard]] std::int64_t output_width() const noexcept {
+    return encoder && !assignment.slice.head ? o.encoder_hidden : o.llm_hidden;
+  }
+  template <class Rows>
+  [[nodiscard]] std::int64_t rows(const microbatch_view& mb, Rows per_sample) const {
+    std::int64_t n = 0;
+    for (const sample& s : mb) n += per_sample(s);
+    return n;
+  }
+
+  // ---------------------------------------------------------- the model's functions
+  Tensor encoder_embed(const Tensor& patches) const {  // [items, P, values] -> [items, P, h]
+    return at::matmul(patches, p(embed_w)) + p(embed_b) + p(positions);
+  }
+  Tensor encoder_block(const block_parameters& b, const Tensor& x) const {  // [items, P, h]
+    const std::int64_t items = x.size(0), tokens = x.size(1), h = x.size(2), heads = o.encoder_heads;
+    const Tensor n1 = at::layer_norm(x, {h}, p(b.norm1_w), p(b.norm1_b));
+    const Tensor qkv = (at::matmul(n1, p(b.qkv_w)) + p(b.qkv_b)).view({items, tokens, 3, heads, h / heads})
+                           .permute({2, 0, 3, 1, 4});
+    const Tensor q = qkv[0] * (1.0 / std::sqrt(double(h / heads)));
+    const Tensor attention = at::softmax(at::matmul(q, qkv[1].transpose(-2, -1)), -1);
+    const Tensor mixed = at::matmul(attention, qkv[2]).permute({0, 2, 1, 3}).reshape({items, tokens, h});
+    const Tensor y = x + at::matmul(mixed, p(b.out_w)) + p(b.out_b);
+    const Tensor n2 = at::layer_norm(y, {h}, p(b.norm2_w), p(b.norm2_b));
+    return y + at::matmul(at::gelu(at::matmul(n2, p(b.fc1_w)) + p(b.fc1_b)), p(b.fc2_w)) + p(b.fc2_b);
+  }
+  Tensor project(const Tensor& x) const {  // [items, P, h] -> [items x P / pool, llm hidden]
+    const std::int64_t items = x.size(0), h = x.size(2), q = o.llm_tokens_per_item();
+    const Tensor pooled = at::layer_norm(x, {h}, p(norm_w), p(norm_b)).view({items, q, o.pool, h}).mean(2)
+                              .reshape({items * q, h});
+    return at::addmm(p(head2_b), at::gelu(at::addmm(p(head1_b), pooled, p(head1_w))), p(head2_w));
+  }
+  // The packed LLM sequence of `samples`: per sample its image rows (from
+  // `handoff`, in sample order) then its text tokens' embeddings, plus positions.
+  Tensor llm_embed(const Tensor& handoff, const microbatch_view& samples) const {
+    std::vector<std::int64_t> tokens, text_rows, image_rows, position_ids;
+    std::int64_t row = 0;
+    for (const sample& s : samples) {
+      const sample_content c = content_of(s, o);
+      const std::int64_t image = receives_handoff() ? image_tokens(s, o) : 0;
+      for (std::int64_t i = 0; i < s.llm_tokens; ++i) position_ids.push_back(i);
+      for (std::int64_t i = 0; i < image; ++i) image_rows.push_back(row + i);
+      // Without an encoder before it (an LLM-only plan) the image positions read as token 0.
+      const std::int64_t skipped = image_tokens(s, o) - image;
+      for (std::int64_t i = 0; i < skipped; ++i) tokens.push_back(0), text_rows.push_back(row + image + i);
+      for (std::size_t j = 0; j < c.text.size(); ++j)
+        tokens.push_back(c.text[j]), text_rows.push_back(row + image_tokens(s, o) + static_cast<std::int64_t>(j));
+      row += s.llm_tokens;
+    }
+    const auto index = [](std::vector<std::int64_t>& v) {
+      return at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kLong).clone();
+    };
+    Tensor x = at::zeros({row, o.llm_hidden}, options());
+    x = x.index_copy(0, index(text_rows), at::index_select(p(embed_w), 0, index(tokens)));
+    if (!image_rows.empty()) x = x.index_copy(0, index(image_rows), handoff);
+    return x + at::index_select(p(positions), 0, index(position_ids));
+  }
+  const Tensor& mask(std::int64_t length) {
+    auto found = masks.find(length);
+    if (found == masks.end())
+      found = masks.emplace(length, at::full({length, length}, -std::numeric_limits<double>::infinity(), options()).triu(1))
+                  .first;
+    return found->second;
+  }
+  // Causal attention within each sample of the packed sequence: no padding, no
+  // cross-sample attention; the work follows the sum of squared lengths.
+  Tensor llm_block(const block_parameters& b, const Tensor& x, const std::vector<std::int64_t>& lengths) {
+    const std::int64_t n = x.size(0), h = x.size(1), heads = o.llm_heads;
+    const Tensor n1 = at::layer_norm(x, {h}, p(b.norm1_w), p(b.norm1_b));
+    const Tensor qkv = at::addmm(p(b.qkv_b), n1, p(b.qkv_w)).view({n, 3, heads, h / heads}).permute({1, 2, 0, 3});
+    const Tensor q = qkv[0] * (1.0 / std::sqrt(double(h / heads))), k = qkv[1], v = qkv[2];
+    std::vector<Tensor> parts;
+    std::int64_t offset = 0;
+    for (std::int64_t length : lengths) {
+      const Tensor scores = at::matmul(q.narrow(1, offset, length), k.narrow(1, offset, length).transpose(1, 2));
+      parts.push_back(at::matmul(at::softmax(scores + mask(length), -1), v.narrow(1, offset, length)));
+      offset += length;
+    }
+    const Tensor mixed = (parts.size() == 1 ? parts.front() : at::cat(parts, 1)).permute({1, 0, 2}).reshape({n, h});
+    const Tensor y = x + at::addmm(p(b.out_b), mixed, p(b.out_w));
+    const Tensor n2 = at::layer_norm(y, {h}, p(b.norm2_w), p(b.norm2_b));
+    return y + at::addmm(p(b.fc2_b), at::gelu(at::addmm(p(b.fc1_b), n2, p(b.fc1_w))), p(b.fc2_w));
+  }
+  // Summed cross-entropy of every predicted text token, over the batch's `targets`.
+  Tensor head_loss(const Tensor& x, const microbatch_view& samples) const {
+    std::vector<std::int64_t> rows, wanted;
+    std::int64_t offset = 0;
+    for (const sample& s : samples) {
+      const sample_content c = content_of(s, o);
+      const std::int64_t image = image_tokens(s, o);
+      for (std::size_t j = s.encoder_items > 0 ? 0 : 1; j < c.text.size(); ++j) {
+        rows.push_back(offset + image + static_cast<std::int64_t>(j) - 1);
+        wanted.push_back(c.text[j]);
+      }
+      offset += s.llm_tokens;
+    }
+    const auto n = static_cast<std::int64_t>(rows.size());
+    const Tensor picked = at::index_select(x, 0, at::from_blob(rows.data(), {n}, at::kLong).clone());
+    const Tensor logits = at::matmul(at::layer_norm(picked, {x.size(1)}, p(norm_w), p(norm_b)), p(head1_w));
+    const Tensor loss = at::nll_loss(at::log_softmax(logits, 1), at::from_blob(wanted.data(), {n}, at::kLong).clone(),
+                                     {}, at::Reduction::Sum);
+    return loss / targets;
+  }
+  // The items' patch values of `samples` (class template plus noise), [items, P, values].
+  Tensor patches_of(const microbatch_view& samples) const {
+    std::vector<float> values;
+    std::int64_t items = 0;
+    const std::size_t per_item = static_cast<std::size_t>(o.patches_per_item * o.patch_values);
+    for (const sample& s : samples) {
+      const sample_content c = content_of(s, o);
+      random_generator noise(key_of(s.id + "/pixels", o.seed));
+      for (std::int64_t cls : c.classes) {
+        const auto& t = templates[static_cast<std::size_t>(cls)];
+        for (std::size_t i = 0; i < per_item; ++i) values.push_back(t[i] + static_cast<float>(0.5 * noise.uniform(-1, 1)));
+        ++items;
+      }
+    }
+    // A copy: from_blob aliases `values`, which dies here.
+    return at::from_blob(values.data(), {items, o.patches_per_item, o.patch_values}, at::kFloat).to(options(), false, true);
+  }
+
+  // ---------------------------------------------------------- the buffers
+  Tensor received(std::span<const std::byte> input, std::vector<std::int64_t> shape) const {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    expect(input.size(), static_cast<std::size_t>(n) * o.element_bytes(), "input");
+    // One copy into a tensor the stage owns (the autograd leaf).
+    return at::from_blob(const_cast<std::byte*>(input.data()), shape, options()).clone().requires_grad_(true);
+  }
+  void send(const Tensor& y, std::span<std::byte> output) const {
+    expect(output.size(), static_cast<std::size_t>(y.numel()) * o.element_bytes(), "output");
+    const Tensor contiguous = y.contiguous();
+    if (!output.empty()) std::memcpy(output.data(), contiguous.data_ptr(), output.size());
+  }
+  void expect(std::size_t got, std::size_t wanted, const char* what) const {
+    if (got != wanted)
+      throw error("torch_stage (" + std::string(encoder ? "encoder" : "llm") + " stage " +
+                  std::to_string(assignment.role.stage) + "): the " + what + " has " + std::to_string(got) +
+                  " bytes, the samples need " + std::to_string(wanted));
+  }
+
+  void forward(stage_context& ctx) {
+    const double start = now_seconds();
+    graph g;
+    Tensor x;
+    if (encoder) {
+      const std::int64_t items = rows(ctx.samples, [](const sample& s) { return s.encoder_items; });
+      if (items > 0) {
+        if (assignment.slice.embedding) {
+          x = encoder_embed(patches_of(ctx.samples));
+        } else {
+          g.leaf = received(ctx.input, {items, o.patches_per_item, o.encoder_hidden});
+          x = g.leaf;
+        }
+        for (const auto& b : blocks) x = encoder_block(b, x);
+        x = assignment.slice.head ? project(x) : x.reshape({items * o.patches_per_item, o.encoder_hidden});
+        send(x, ctx.output);
+        g.output = x;
+      } else {
+        expect(ctx.output.size(), 0, "output");
+      }
+    } else {
+      std::vector<std::int64_t> lengths;
+      for (const sample& s : ctx.samples) lengths.push_back(s.llm_tokens);
+      const std::int64_t tokens = rows(ctx.samples, [](const sample& s) { return s.llm_tokens; });
+      if (assignment.slice.embedding) {
+        Tensor handoff;
+        if (receives_handoff()) {
+          handoff = received(ctx.input, {rows(ctx.samples, [&](const sample& s) { return input_rows(s); }), o.llm_hidden});
+          g.leaf = handoff;
+        }
+        x = llm_embed(handoff, ctx.samples);
+      } else {
+        g.leaf = received(ctx.input, {tokens, o.llm_hidden});
+        x = g.leaf;
+      }
+      for (const auto& b : blocks) x = llm_block(b, x, lengths);
+      if (assignment.slice.head) {
+        g.output = head_loss(x, ctx.samples);
+        g.loss = true;
+        ctx.loss = g.output.item<double>();
+      } else {
+        send(x, ctx.output);
+        g.output = x;
+      }
+    }
+    graphs[ctx.microbatch] = std::move(g);
+    records.push_back({true, ctx.microbatch, {ctx.samples.indices().begin(), ctx.samples.indices().end()},
+                       now_seconds() - start});
+  }
+
+  void backward(stage_context& ctx) {
+    const double start = now_seconds();
+    auto found = graphs.find(ctx.microbatch);
+    if (found == graphs.end())
+      throw error("torch_stage: backward of microbatch " + std::to_string(ctx.microbatch) + " before its forward");
+    graph g = std::move(found->second);
+    graphs.erase(found);
+    if (g.output.defined()) {
+      if (g.loss) {
+        g.output.backward();
+      } else {
+        expect(ctx.output_grad.size(), static_cast<std::size_t>(g.output.numel()) * o.element_bytes(), "output gradient");
+        // Read in place: the executor keeps the buffer until the call returns.
+        g.output.backward(at::from_blob(const_cast<std::byte*>(ctx.output_grad.data()), g.output.sizes(), options()));
+      }
+      store.check_gradients();
+    }
+    if (!ctx.input_grad.empty()) {
+      if (!g.leaf.defined() || !g.leaf.grad().defined())
+        std::memset(ctx.input_grad.data(), 0, ctx.input_grad.size());
+      else
+        send(g.leaf.grad(), ctx.input_grad);  // one copy out of the tensor
+    }
+    records.push_back({false, ctx.microbatch, {ctx.samples.indices().begin(), ctx.samples.indices().end()},
+                       now_seconds() - start});
+  }
+};
+
+// ------------------------------------------------------------ torch_stage
+
+torch_stage::torch_stage(const stage_assignment& assignment, const model_options& options)
+    : impl_(std::make_unique<impl>(assignment, options)) {}
+torch_stage::~torch_stage() = default;
+torch_stage::torch_stage(torch_stage&&) noexcept = default;
+torch_stage& torch_stage::operator=(torch_stage&&) noexcept = default;
+
+std::size_t torch_stage::input_bytes(const microbatch_view& mb) const {
+  const auto rows = impl_->rows(mb, [&](const sample& s) { return impl_->input_rows(s); });
+  return static_cast<std::size_t>(rows * impl_->input_width()) * impl_->o.element_bytes();
+}
+std::size_t torch_stage::output_bytes(const microbatch_view& mb) const {
+  const auto rows = impl_->rows(mb, [&](const sample& s) { return impl_->output_rows(s); });
+  return static_cast<std::size_t>(rows * impl_->output_width()) * impl_->o.element_bytes();
+}
+void torch_stage::forward(stage_context& ctx) { impl_->forward(ctx); }
+void torch_stage::backward(stage_context& ctx) { impl_->backward(ctx); }
+std::array<gradient_buffer, 1> torch_stage::gradients() { return {impl_->store.gradients()}; }
+void torch_stage::begin_step(double targets) {
+  if (!(targets > 0)) throw error("torch_stage::begin_step: a batch needs at least one predicted token");
+  impl_->targets = targets;
+  impl_->records.clear();
+}
+void torch_stage::update() {
+  if (!impl_->graphs.empty()) throw error("torch_stage::update: microbatches still in flight");
+  impl_->store.adam_step(impl_->o.learning_rate);
+}
+std::span<const op_record> torch_stage::records() const noexcept { return impl_->records; }
+std::size_t torch_stage::parameter_count() const noexcept { return impl_->store.count(); }
+const stage_assignment& torch_stage::assignment() const noexcept { return impl_->assignment; }
+
+std::int64_t predicted_tokens(std::span<const sample> batch, const model_options& options) {
+  std::int64_t n = 0;
+  for (const sample& s : batch) {
+    if (auto why = sample_mismatch(s, options); !why.empty()) throw input_error("sample " + s.id, 0, why);
+    n += targets_of(s, options);
+  }
+  return n;
+}
+
+void set_torch_threads(int threads) { at::set_num_threads(threads); }
+
+// ------------------------------------------------------------ the single-process reference
+
+namespace {
+
+// A whole module on one stage: every layer, its embedding and its head.
+stage_assignment whole_module(module_kind kind, const model_options& o, bool with_encoder) {
+  stage_assignment a;
+  a.role.module = kind;
+  a.role.position = kind == module_kind::encoder || !with_encoder ? 0 : 1;
+  a.positions = with_encoder ? 2 : 1;
+  a.first_layer = 0;
+  a.end_layer = kind == module_kind::encoder ? o.encoder_layers : o.llm_layers;
+  a.slice = layer_range(0, a.end_layer, a.end_layer);
+  return a;
+}
+
+// Host memory the reference lends a stage (it keeps its own graphs: nothing is stashed).
+class plain_memory final : public detail::stage_memory {
+public:
+  std::span<std::byte> stash(std::size_t bytes) override { return keep(stashed_, bytes); }
+  std::span<std::byte> stashed(std::size_t index) override { return stashed_.at(index); }
+  std::span<std::byte> scratch(std::size_t bytes) override { return keep(scratch_, bytes); }
+
+private:
+  std::span<std::byte> keep(std::vector<std::span<std::byte>>& list, std::size_t bytes) {
+    blocks_.emplace_back(bytes);
+    list.emplace_back(blocks_.back());
+    return list.back();
+  }
+  std::vector<std::vector<std::byte>> blocks_;
+  std::vector<std::span<std::byte>> stashed_, scratch_;
+};
+
+}  // namespace
+
+std::vector<double> reference_losses(std::span<const std::vector<sample>> batches, const model_options& options) {
+  torch_stage vision(whole_module(module_kind::encoder, options, true), options);
+  torch_stage language(whole_module(module_kind::llm, options, true), options);
+  std::vector<double> losses;
+  for (const auto& batch : batches) {
+    std::vector<std::uint32_t> all(batch.size());
+    for (std::uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+    const microbatch_view view(batch, all);
+    const double targets = static_cast<double>(predicted_tokens(batch, options));
+    vision.begin_step(targets);
+    language.begin_step(targets);
+    std::vector<std::byte> activation(vision.output_bytes(view)), gradient(activation.size());
+    plain_memory memory;
+    stage_context encode;
+    encode.stages = 2;
+    encode.samples = view;
+    encode.memory = &memory;
+    encode.output = activation;
+    vision.forward(encode);
+    stage_context decode = encode;
+    decode.stage = 1;
+    decode.output = {};
+    decode.input = activation;
+    language.forward(decode);
+    losses.push_back(decode.loss);
+    decode.kind = op_kind::backward;
+    decode.input_grad = gradient;
+    language.backward(decode);
+    encode.kind = op_kind::backward;
+    encode.output_grad = gradient;
+    vision.backward(encode);
+    vision.update();
+    language.update();
+  }
+  return losses;
+}
+
+// ------------------------------------------------------------ profiling targets
+
+namespace {
+
+// Times one part of the model at one size: `prepare` makes inputs of c.count()
+// tokens (encoder: whole items of patches_per_item tokens; LLM: one sequence),
+// `forward` builds the part's graph, `backward` runs it with a fixed gradient.
+struct part_target {
+  torch_stage::impl& model;
+  module_part part;
+  Tensor input, output, gradient;
+  std::vector<sample> one;  // the LLM parts' sequence as a text-only sample
+  std::vector<std::uint32_t> index{0};
+
+  void prepare(const profile_case& c) {
+    const auto& o = model.o;
+    const std::int64_t n = c.count();
+    const auto options = model.options();
+    one.clear();
+    if (model.encoder) {
+      if (n % o.patches_per_item != 0)
+        throw input_error("profile sizes", 0, "encoder sizes must be whole items: " + std::to_string(n) +
+                                                   " is not a multiple of " + std::to_string(o.patches_per_item));
+      const std::int64_t items = n / o.patches_per_item;
+      if (part == module_part::embedding)
+        input = at::randn({items, o.patches_per_item, o.patch_values}, options);
+      else
+        input = at::randn({items, o.patches_per_item, o.encoder_hidden}, options).requires_grad_(true);
+    } else {
+      one.push_back(sample{"profile-" + std::to_string(n), modality::text, 0, 0, n});
+      input = at::randn({n, o.llm_hidden}, options).requires_grad_(true);
+    }
+  }
+  void forward(const profile_case&) {
+    const microbatch_view view(one, index);
+    if (model.encoder) {
+      if (part == module_part::embedding) output = model.encoder_embed(input);
+      else if (part == module_part::layer) output = model.encoder_block(model.blocks.at(0), input);
+      else output = model.project(input);
+    } else {
+      if (part == module_part::embedding) output = model.llm_embed({}, view);
+      else if (part == module_part::layer) output = model.llm_block(model.blocks.at(0), input, {one.front().llm_tokens});
+      else output = model.head_loss(input, view);
+    }
+    if (!gradient.defined() || !gradient.sizes().equals(output.sizes())) gradient = at::ones_like(output);
+  }
+  void backward(const profile_case&) {
+    if (output.dim() == 0) output.backward();
+    else output.backward(gradient);
+    output = Tensor();
+  }
+};
+
+}  // namespace
+
+profile profile_model(const model_options& options, const profile_sizes& sizes, const profiler_options& profiling) {
+  validate(options);
+  profiler<> timing(profiling);
+  const profile_grid encoder_grid{profile_size::tokens, sizes.encoder_tokens, {1}};
+  const profile_grid llm_grid{profile_size::tokens, sizes.llm_tokens, {1}};
+  // A one-layer-per-module model holding every part (position 0 for the LLM: no hand-off).
+  stage_assignment vision = whole_module(module_kind::encoder, options, true);
+  vision.end_layer = 1;
+  vision.slice = {1, true, true};
+  stage_assignment language = whole_module(module_kind::llm, options, false);
+  language.end_layer = 1;
+  language.slice = {1, true, true};
+  torch_stage::impl encoder(vision, options), llm(language, options);
+  llm.targets = 1;
+  for (module_part part : {module_part::layer, module_part::embedding, module_part::head}) {
+    timing.measure({module_kind::encoder, part}, encoder_grid, part_target{encoder, part, {}, {}, {}, {}, {0}});
+    timing.measure({module_kind::llm, part}, llm_grid, part_target{llm, part, {}, {}, {}, {}, {0}});
+  }
+  return timing.table();
+}
+
+}  // namespace dflop::torch_trainer

@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: Apache-2.0
+//! \file
+//! The torch trainer's path through the library (no torch headers here): the
+//! fitted cost model from a profile, a plan for the model on CPU ranks, each
+//! step's batch scheduled for a method, and one rank's training loop over
+//! `plan_runner` with `torch_stage`s. What every rank needs is computed the same
+//! on every rank (deterministic for the seeds), so nothing but activations,
+//! gradients and the step's figures travels.
+#pragma once
+
+#include "model_options.hpp"
+#include "torch_stage.hpp"
+
+#include <dflop/cost/analytic_memory_model.hpp>
+#include <dflop/cost/fitted_cost_model.hpp>
+#include <dflop/error.hpp>
+#include <dflop/exec/plan_runner.hpp>
+#include <dflop/pipeline.hpp>
+#include <dflop/plan/plan_file.hpp>
+#include <dflop/plan/world_layout.hpp>
+#include <dflop/schedule/by_name.hpp>
+#include <dflop/workload/sampling.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dflop::torch_trainer {
+
+//! The pipeline the trainer plans and schedules with: profiled, fitted costs.
+using torch_pipeline = pipeline<fitted_cost_model, min_max_layers, refined_packer, named_schedule>;
+
+//! What a run does.
+struct trainer_options {
+  model_options model;                //!< the model's sizes and learning rate
+  std::string mixture = "onevision";  //!< dflop mixture the samples are drawn from (scaled down)
+  int pool_samples = 2048;            //!< samples in the pool batches are drawn from
+  int gpus = 2;                       //!< ranks of the plan (one CPU core each)
+  int global_batch = 16;              //!< samples per step
+  std::string schedule = "1f1b";      //!< the plan's pipeline schedule
+  std::string method = "dflop";       //!< dflop, data_blind or dflop_reference
+  int steps = 5;                      //!< steps run
+  std::uint64_t seed = 0;             //!< pool, planning and batch sampling (batch k packed with seed + k)
+  double watchdog = 300;              //!< seconds without progress before every rank stops
+  bool json = false;                  //!< one JSON object per step and a summary
+  bool check = false;                 //!< compare each step's loss with the single-process run
+  double tolerance = 0;               //!< relative; 0: 1e-5 (float32) or 1e-12 (float64)
+  bool op_log = false;                //!< every op's measured and predicted milliseconds on stderr
+};
+
+//! A CPU core as the planner's "GPU": memory enough for the small model, links
+//! of shared memory between processes (their time is small next to the ops).
+[[nodiscard]] inline gpu_spec cpu_core() {
+  return {"cpu-core", 5e10, std::int64_t{8} << 30, 5e9, 5e9, 20e-6};
+}
+
+//! The fitted model extended to TP degrees 2, 4, ... up to `gpus`: this trainer's
+//! stages do not split their matrices over a TP group (every TP rank computes
+//! the whole stage, as the CUDA trainer's do), so a TP degree costs what TP 1
+//! costs, and that is what the planner should see. The profile stays as measured (TP 1).
+[[nodiscard]] inline fitted_cost_model with_whole_stage_tp(const fitted_cost_model& measured, int gpus) {
+  std::vector<fitted_curve> curves(measured.curves().begin(), measured.curves().end());
+  for (const fitted_curve& curve : measured.curves()) {
+    if (curve.tp != 1) continue;
+    for (int tp = 2; tp <= gpus; tp *= 2) {
+      bool present = false;
+      for (const auto& other : measured.curves()) present = present || (other.piece == curve.piece && other.tp == tp);
+      if (present) continue;
+      fitted_curve copy = curve;
+      copy.tp = tp;
+      curves.push_back(copy);
+    }
+  }
+  return fitted_cost_model(std::move(curves));
+}
+
+//! Everything every rank needs, made the same on every rank.
+struct trainer_inputs {
+  fitted_cost_model cost{{}};                //!< fitted from the profile
+  plan chosen;                               //!< the plan (made here or read)
+  std::vector<std::vector<sample>> batches;  //!< each step's global batch
+  std::vector<batch_schedule> scheduled;     //!< each step's schedule for the method run
+};
+
+//! Plans the model (`options.gpus` CPU ranks on one node) with `cost`, or takes
+//! `saved` (a plan file, which must be of this model), and schedules the steps' batches.
+[[nodiscard]] inline trainer_inputs make_inputs(const trainer_options& options, fitted_cost_model cost,
+                                                std::optional<plan> saved, std::ostream* progress) {
+  trainer_inputs out;
+  out.cost = with_whole_stage_tp(cost, options.gpus);
+  const multimodal_spec spec = spec_of(options.model);
+  const auto pool = scaled_mixture(options.mixture, static_cast<std::size_t>(options.pool_samples), options.seed,
+                                   options.model);
+  if (saved) {
+    out.chosen = std::move(*saved);
+    if (!(out.chosen.model_spec == spec))
+      throw input_error("--plan", 0, "the plan is for model '" + out.chosen.model_spec.name +
+                                         "' of other sizes than this trainer's model (plan it with the same flags)");
+  } else {
+    const cluster_spec cluster{options.gpus, options.gpus, cpu_core()};
+    planner_options planning;
+    planning.global_batch = options.global_batch;
+    planning.batches = 2;
+    planning.threads = 1;
+    planning.seed = options.seed;
+    if (progress) *progress << "planning " << spec.name << " on " << options.gpus << " CPU ranks\n";
+    out.chosen = torch_pipeline::make_plan(pool, spec, cluster, out.cost, analytic_memory_model(spec), planning,
+                                           {.schedule = named_schedule(options.schedule)});
+  }
+  (void)out.chosen.method(options.method);  // an unknown method fails before any work
+  const torch_pipeline::policies with{.schedule = named_schedule(out.chosen.schedule)};
+  const analytic_memory_model memory(out.chosen.model_spec);
+  batch_sampler sampler(pool.size(), static_cast<std::size_t>(out.chosen.global_batch),
+                        batch_mode::without_replacement, options.seed);
+  for (int k = 0; k < options.steps; ++k) {
+    out.batches.push_back(gather_samples(pool, sampler.next()));
+    out.scheduled.push_back(torch_pipeline::schedule_batch(out.chosen, out.batches.back(), out.cost, memory,
+                                                           options.seed + static_cast<std::uint64_t>(k),
+                                                           options.method, with));
+  }
+  return out;
+}
+
+//! The median of `values` (0 for none).
+[[nodiscard]] inline double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+//! What a rank's run reports (rank 0 prints it).
+struct run_report {
+  std::vector<double> losses;     //!< per step (the same on every rank)
+  std::vector<double> measured;   //!< per step: rank 0's wall seconds of the step
+  std::vector<double> predicted;  //!< per step: the simulator's seconds for the batch
+  //! Relative errors (predicted - measured) / measured of the fitted model for
+  //! every F and B op of every rank: [encoder F, encoder B, LLM F, LLM B].
+  std::array<std::vector<double>, 4> op_errors;
+};
+
+//! One rank's training loop: every rank of `world` calls it together.
+template <class Communicator>
+run_report train_rank(Communicator& world, const trainer_inputs& inputs, const trainer_options& options) {
+  using runner_type = torch_pipeline::runner<Communicator, torch_stage>;
+  const plan& chosen = inputs.chosen;
+  runner_type run(
+      chosen, world, [&](const stage_assignment& a) { return torch_stage(a, options.model); },
+      {.watchdog_seconds = options.watchdog}, options.method, named_schedule(chosen.schedule));
+  const stage_assignment& mine = run.assignment();
+  const world_layout layout(run.layout().config);
+  run_report report;
+  for (std::size_t k = 0; k < inputs.scheduled.size(); ++k) {
+    const auto& batch = inputs.batches[k];
+    const auto& scheduled = inputs.scheduled[k];
+    run.stage().begin_step(static_cast<double>(predicted_tokens(batch, options.model)));
+    const step_result result = run.step(scheduled, batch);
+    run.stage().update();
+
+    // The fitted model's price of every op this rank ran, against its time; all
+    // ranks' errors reach rank 0 in one sum (each rank fills its own slots: a
+    // count, then per op whether it was a B and its relative error).
+    const std::size_t most = 2 * static_cast<std::size_t>(scheduled.config.microbatches) + 2;
+    const std::size_t slots = 1 + 2 * most;
+    std::vector<double> errors(slots * static_cast<std::size_t>(world.size()), 0.0);
+    double* my = errors.data() + slots * static_cast<std::size_t>(world.rank());
+    std::size_t used = 0;
+    for (const op_record& op : run.stage().records()) {
+      if (used == most || op.samples.empty() || !(op.seconds > 0)) continue;
+      std::vector<sample> samples;
+      for (auto i : op.samples) samples.push_back(batch[i]);
+      const pass_time price =
+          inputs.cost.estimate_time(mine.role.module, static_cast<int>(mine.tp_size), samples).stage(mine.slice);
+      if (options.op_log)
+        std::cerr << "rank " << world.rank() << (op.forward ? " F " : " B ") << op.microbatch << " samples "
+                  << samples.size() << " tokens " << shape_of(mine.role.module, samples).tokens << " measured "
+                  << op.seconds * 1e3 << " ms predicted " << (op.forward ? price.forward : price.backward) * 1e3 << " ms\n";
+      my[1 + 2 * used] = op.forward ? 0 : 1;
+      my[2 + 2 * used] = ((op.forward ? price.forward : price.backward) - op.seconds) / op.seconds;
+      ++used;
+    }
+    my[0] = static_cast<double>(used);
+    world.all_reduce_sum(gradient_buffer::of(std::span<double>(errors)), world.resource());
+    for (int r = 0; r < world.size(); ++r) {
+      const double* theirs = errors.data() + slots * static_cast<std::size_t>(r);
+      const std::size_t base = layout.role(r).encoder() ? 0 : 2;
+      for (std::size_t i = 0; i < static_cast<std::size_t>(theirs[0]); ++i)
+        report.op_errors[base + static_cast<std::size_t>(theirs[1 + 2 * i])].push_back(theirs[2 + 2 * i]);
+    }
+    report.losses.push_back(result.loss);
+    report.measured.push_back(result.seconds);
+    report.predicted.push_back(scheduled.predicted_seconds);
+    if (world.rank() != 0) continue;
+    if (options.json) {
+      std::cout << nlohmann::json{{"step", k},
+                                  {"method", options.method},
+                                  {"loss", result.loss},
+                                  {"measured_seconds", result.seconds},
+                                  {"predicted_seconds", scheduled.predicted_seconds},
+                                  {"samples", batch.size()},
+                                  {"microbatches", scheduled.config.microbatches},
+                                  {"ranks", world.size()}}
+                       .dump()
+                << std::endl;
+    } else {
+      std::cout << "step " << k << "  " << options.method << "  loss " << result.loss << "  measured "
+                << result.seconds * 1e3 << " ms, predicted " << scheduled.predicted_seconds * 1e3 << " ms" << std::endl;
+    }
+  }
+  return report;
+}
+
+}  // namespace dflop::torch_trainer
