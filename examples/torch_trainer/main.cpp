@@ -27,6 +27,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
@@ -50,6 +51,7 @@ struct options {
   std::vector<double> encoder_sizes{64, 256, 640, 1280, 2560};
   std::vector<double> llm_sizes{32, 128, 320, 640, 1280};
   int repeats = 5;
+  bool cpu_clock = false;    // --profile-clock cpu
 };
 
 bool launched_by_mpirun() {
@@ -63,7 +65,7 @@ dflop::profile profile_now(const options& o, std::ostream* progress) {
   profiling.repeats = o.repeats;
   profiling.progress = progress;
   profiling.source = o.profile_out.empty() ? "profile" : o.profile_out;
-  return profile_model(o.run.model, {o.encoder_sizes, o.llm_sizes}, profiling);
+  return profile_model(o.run.model, {o.encoder_sizes, o.llm_sizes}, profiling, o.cpu_clock);
 }
 
 dflop::fitted_cost_model cost_model_of(const options& o, bool mpi, std::ostream* progress) {
@@ -76,67 +78,110 @@ dflop::fitted_cost_model cost_model_of(const options& o, bool mpi, std::ostream*
   return dflop::fitted_cost_model::from_profile(profile_now(o, progress));
 }
 
-// Rank 0's closing lines: the summary and, with --check, the single-process comparison.
-// Returns false when the check fails.
-bool report(const options& o, const trainer_inputs& inputs, const run_report& r) {
-  const auto& method = inputs.chosen.method(o.run.method);
+// One method's summary line (or text).
+nlohmann::json summary_of(const options& o, const trainer_inputs& inputs, const std::string& method,
+                          const run_report& r) {
   const double m = median(r.measured), p = median(r.predicted);
   std::vector<double> ratio;
   for (std::size_t k = 0; k < r.measured.size(); ++k) ratio.push_back(r.predicted[k] > 0 ? r.measured[k] / r.predicted[k] : 0);
-  nlohmann::json errors;
   const char* names[] = {"encoder_forward", "encoder_backward", "llm_forward", "llm_backward"};
-  std::vector<double> all;
-  for (std::size_t i = 0; i < 4; ++i) {
-    std::vector<double> absolute;
-    for (double e : r.op_errors[i]) absolute.push_back(std::abs(e));
-    all.insert(all.end(), absolute.begin(), absolute.end());
-    errors[names[i]] = {{"ops", absolute.size()}, {"median_abs_error", median(absolute)}, {"median_error", median(r.op_errors[i])}};
-  }
-  errors["all"] = {{"ops", all.size()}, {"median_abs_error", median(all)}};
+  auto errors_of = [&](const std::array<std::vector<double>, 4>& lists) {
+    nlohmann::json out;
+    std::vector<double> pooled;
+    for (std::size_t i = 0; i < 4; ++i) {
+      std::vector<double> absolute;
+      for (double e : lists[i]) absolute.push_back(std::abs(e));
+      pooled.insert(pooled.end(), absolute.begin(), absolute.end());
+      out[names[i]] = {{"ops", absolute.size()}, {"median_abs_error", median(absolute)}, {"median_error", median(lists[i])}};
+    }
+    out["all"] = {{"ops", pooled.size()}, {"median_abs_error", median(pooled)}};
+    return out;
+  };
   std::ostringstream config;
-  config << method.config;
-  nlohmann::json summary{{"summary", true},
-                         {"method", o.run.method},
-                         {"config", config.str()},
-                         {"steps", r.measured.size()},
-                         {"global_batch", inputs.chosen.global_batch},
-                         {"median_measured_seconds", m},
-                         {"median_predicted_seconds", p},
-                         {"measured_over_predicted", p > 0 ? m / p : 0.0},
-                         {"median_step_ratio", median(ratio)},
-                         {"first_loss", r.losses.empty() ? 0.0 : r.losses.front()},
-                         {"last_loss", r.losses.empty() ? 0.0 : r.losses.back()},
-                         {"op_prediction", errors},
-                         {"float64", o.run.model.float64}};
+  config << inputs.chosen.method(method).config;
+  return {{"summary", true},
+          {"method", method},
+          {"config", config.str()},
+          {"steps", r.measured.size()},
+          {"global_batch", inputs.chosen.global_batch},
+          {"median_measured_seconds", m},
+          {"median_predicted_seconds", p},
+          {"measured_over_predicted", p > 0 ? m / p : 0.0},
+          {"median_step_ratio", median(ratio)},
+          {"first_loss", r.losses.empty() ? 0.0 : r.losses.front()},
+          {"last_loss", r.losses.empty() ? 0.0 : r.losses.back()},
+          {"op_prediction", errors_of(r.op_errors)},
+          {"op_prediction_cpu", errors_of(r.op_cpu_errors)},
+          {"float64", o.run.model.float64}};
+}
+
+// Rank 0's closing lines: with --check the single-process comparison, then a
+// summary per method and, for several methods, how each compares with the first.
+// Returns false when the check fails.
+bool report(const options& o, const trainer_inputs& inputs, const std::vector<run_report>& reports) {
   bool passed = true;
+  nlohmann::json check;
   if (o.run.check) {
     const double tolerance = o.run.tolerance > 0 ? o.run.tolerance : (o.run.model.float64 ? 1e-12 : 1e-5);
     const auto reference = reference_losses(inputs.batches, o.run.model);
     double worst = 0;
-    for (std::size_t k = 0; k < reference.size(); ++k) {
-      const double difference = std::abs(r.losses[k] - reference[k]) / std::max(std::abs(reference[k]), 1e-300);
-      worst = std::max(worst, difference);
-      if (o.run.json)
-        std::cout << nlohmann::json{{"check", true}, {"step", k}, {"loss", r.losses[k]}, {"reference_loss", reference[k]},
-                                    {"relative_difference", difference}}
-                         .dump()
-                  << std::endl;
-      else
-        std::cout << "check step " << k << ": pipelined " << r.losses[k] << ", single-process " << reference[k]
-                  << " (relative difference " << difference << ")" << std::endl;
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      for (std::size_t k = 0; k < reference.size(); ++k) {
+        const double loss = reports[i].losses[k];
+        const double difference = std::abs(loss - reference[k]) / std::max(std::abs(reference[k]), 1e-300);
+        worst = std::isnan(difference) ? difference : std::max(worst, difference);
+        if (o.run.json)
+          std::cout << nlohmann::json{{"check", true}, {"method", o.run.methods[i]}, {"step", k}, {"loss", loss},
+                                      {"reference_loss", reference[k]}, {"relative_difference", difference}}
+                           .dump()
+                    << std::endl;
+        else
+          std::cout << "check " << o.run.methods[i] << " step " << k << ": pipelined " << loss << ", single-process "
+                    << reference[k] << " (relative difference " << difference << ")" << std::endl;
+      }
     }
     passed = worst <= tolerance;
-    summary["check"] = {{"max_relative_difference", worst}, {"tolerance", tolerance}, {"passed", passed}};
+    check = {{"max_relative_difference", worst}, {"tolerance", tolerance}, {"passed", passed}};
     if (!passed)
       std::cerr << "dflop-torch-trainer: the pipelined losses differ from the single-process run by " << worst
                 << " (relative), more than " << tolerance << "\n";
   }
-  if (o.run.json) {
-    std::cout << summary.dump() << std::endl;
-  } else {
-    std::cout << o.run.method << " (" << config.str() << "): median measured " << m * 1e3 << " ms, predicted "
-              << p * 1e3 << " ms (measured/predicted " << (p > 0 ? m / p : 0.0) << "); loss " << summary["first_loss"]
-              << " -> " << summary["last_loss"] << "; op prediction median |error| " << median(all) << std::endl;
+  std::vector<nlohmann::json> summaries;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    nlohmann::json summary = summary_of(o, inputs, o.run.methods[i], reports[i]);
+    if (!check.is_null()) summary["check"] = check;
+    if (o.run.json) {
+      std::cout << summary.dump() << std::endl;
+    } else {
+      std::cout << summary["method"].get<std::string>() << " (" << summary["config"].get<std::string>()
+                << "): median measured " << summary["median_measured_seconds"].get<double>() * 1e3 << " ms, predicted "
+                << summary["median_predicted_seconds"].get<double>() * 1e3 << " ms (measured/predicted "
+                << summary["measured_over_predicted"].get<double>() << "); loss " << summary["first_loss"] << " -> "
+                << summary["last_loss"] << "; op prediction median |error| "
+                << summary["op_prediction"]["all"]["median_abs_error"] << " (wall), "
+                << summary["op_prediction_cpu"]["all"]["median_abs_error"] << " (CPU)" << std::endl;
+    }
+    summaries.push_back(std::move(summary));
+  }
+  for (std::size_t i = 1; i < reports.size(); ++i) {
+    // How much longer method i's steps took than the first method's on the same batches.
+    std::vector<double> per_step;
+    for (std::size_t k = 0; k < reports[i].measured.size(); ++k)
+      per_step.push_back(reports[i].measured[k] / reports[0].measured[k]);
+    const double measured = summaries[i]["median_measured_seconds"].get<double>() /
+                            summaries[0]["median_measured_seconds"].get<double>();
+    const double predicted = summaries[i]["median_predicted_seconds"].get<double>() /
+                             summaries[0]["median_predicted_seconds"].get<double>();
+    nlohmann::json comparison{{"comparison", true},
+                              {"method", o.run.methods[0]},
+                              {"over", o.run.methods[i]},
+                              {"speedup_measured", measured},
+                              {"speedup_measured_per_step", median(per_step)},
+                              {"speedup_predicted", predicted}};
+    if (o.run.json) std::cout << comparison.dump() << std::endl;
+    else
+      std::cout << o.run.methods[0] << " over " << o.run.methods[i] << ": measured " << measured << "x (per step "
+                << median(per_step) << "x), predicted " << predicted << "x" << std::endl;
   }
   return passed;
 }
@@ -164,8 +209,8 @@ int run(int argc, char** argv, const options& o) {
       const trainer_inputs inputs = make_inputs(o.run, cost_model_of(o, true, nullptr), std::move(saved), nullptr);
       dflop::mpi_communicator comm(MPI_COMM_WORLD, o.run.watchdog);
       if (comm.rank() == 0 && !o.plan_out.empty()) dflop::write_plan(o.plan_out, inputs.chosen);
-      const run_report r = train_rank(comm, inputs, o.run);
-      const bool passed = comm.rank() != 0 || report(o, inputs, r);
+      const auto reports = train_rank(comm, inputs, o.run);
+      const bool passed = comm.rank() != 0 || report(o, inputs, reports);
       MPI_Finalize();
       return passed ? 0 : 1;
     }
@@ -180,13 +225,13 @@ int run(int argc, char** argv, const options& o) {
     if (!o.plan_in.empty()) saved = dflop::read_plan(o.plan_in);
     const trainer_inputs inputs = make_inputs(o.run, cost_model_of(o, false, progress), std::move(saved), progress);
     if (!o.plan_out.empty()) dflop::write_plan(o.plan_out, inputs.chosen);
-    run_report rank0;
+    std::vector<run_report> rank0;
     std::mutex guard;
     dflop::run_inproc(
         inputs.chosen.cluster.gpus,
         [&](dflop::inproc_communicator& comm) {
           set_torch_threads(1);  // per thread: OpenMP's thread count is a per-thread setting
-          run_report r = train_rank(comm, inputs, o.run);
+          auto r = train_rank(comm, inputs, o.run);
           if (comm.rank() == 0) {
             std::lock_guard lock(guard);
             rank0 = std::move(r);
@@ -218,6 +263,14 @@ int main(int argc, char** argv) {
                "(threads, or one rank per process under mpirun)"};
   app.add_option("--profile", o.profile_out, "profile the model's parts with dflop::profiler, write the CSV and stop");
   app.add_option("--profile-repeats", o.repeats, "timed runs per profiled size")->check(CLI::PositiveNumber);
+  app.add_option_function<std::string>(
+         "--profile-clock",
+         [&](const std::string& clock) {
+           if (clock != "wall" && clock != "cpu")
+             throw CLI::ValidationError("--profile-clock", "wall or cpu, not '" + clock + "'");
+           o.cpu_clock = clock == "cpu";
+         },
+         "what the profile times: wall (default) or cpu (the thread's CPU time; steadier on a shared machine)");
   app.add_option("--profile-encoder-tokens", o.encoder_sizes, "encoder sizes profiled (tokens, whole items)");
   app.add_option("--profile-llm-tokens", o.llm_sizes, "LLM sizes profiled (tokens of one sequence)");
   app.add_option("--cost-profile", o.cost_profile, "profile CSV to fit the cost model from (threads: default profiles now)");
@@ -226,7 +279,9 @@ int main(int argc, char** argv) {
   app.add_option("--gpus", o.run.gpus, "ranks the plan runs on (one CPU core each)")->check(CLI::Range(2, 64));
   app.add_option("--global-batch", o.run.global_batch, "samples per step")->check(CLI::Range(1, 4096));
   app.add_option("--schedule", o.run.schedule, "pipeline schedule of the plan");
-  app.add_option("--method", o.run.method, "dflop, data_blind or dflop_reference");
+  app.add_option("--method", o.run.methods,
+                 "dflop, data_blind or dflop_reference; repeat it to run several with their steps interleaved")
+      ->capture_default_str();
   app.add_option("--mixture", o.run.mixture, "dflop mixture samples are drawn from (scaled down)");
   app.add_option("--pool-samples", o.run.pool_samples, "samples in the pool batches are drawn from")->check(CLI::Range(1, 1000000));
   app.add_option("--steps", o.run.steps, "steps to run")->check(CLI::Range(0, 100000));

@@ -4,6 +4,8 @@
 // reference and the profiling targets. See model_options.hpp for the model.
 #include "torch_stage.hpp"
 
+#include "cpu_clock.hpp"
+
 #include <dflop/error.hpp>
 #include <dflop/util/random.hpp>
 
@@ -426,7 +428,7 @@ struct torch_stage::impl {
   }
 
   void forward(stage_context& ctx) {
-    const double start = now_seconds();
+    const double start = now_seconds(), cpu_start = thread_cpu_seconds();
     graph g;
     Tensor x;
     if (encoder) {
@@ -472,11 +474,11 @@ struct torch_stage::impl {
     }
     graphs[ctx.microbatch] = std::move(g);
     records.push_back({true, ctx.microbatch, {ctx.samples.indices().begin(), ctx.samples.indices().end()},
-                       now_seconds() - start});
+                       now_seconds() - start, thread_cpu_seconds() - cpu_start});
   }
 
   void backward(stage_context& ctx) {
-    const double start = now_seconds();
+    const double start = now_seconds(), cpu_start = thread_cpu_seconds();
     auto found = graphs.find(ctx.microbatch);
     if (found == graphs.end())
       throw error("torch_stage: backward of microbatch " + std::to_string(ctx.microbatch) + " before its forward");
@@ -499,7 +501,7 @@ struct torch_stage::impl {
         send(g.leaf.grad(), ctx.input_grad);  // one copy out of the tensor
     }
     records.push_back({false, ctx.microbatch, {ctx.samples.indices().begin(), ctx.samples.indices().end()},
-                       now_seconds() - start});
+                       now_seconds() - start, thread_cpu_seconds() - cpu_start});
   }
 };
 
@@ -671,11 +673,9 @@ struct part_target {
   }
 };
 
-}  // namespace
-
-profile profile_model(const model_options& options, const profile_sizes& sizes, const profiler_options& profiling) {
-  validate(options);
-  profiler<> timing(profiling);
+template <class Timer>
+profile profile_with(const model_options& options, const profile_sizes& sizes, const profiler_options& profiling) {
+  profiler<Timer> timing(profiling);
   const profile_grid encoder_grid{profile_size::tokens, sizes.encoder_tokens, {1}};
   const profile_grid llm_grid{profile_size::tokens, sizes.llm_tokens, {1}};
   // A one-layer-per-module model holding every part (position 0 for the LLM: no hand-off).
@@ -692,6 +692,15 @@ profile profile_model(const model_options& options, const profile_sizes& sizes, 
     timing.measure({module_kind::llm, part}, llm_grid, part_target{llm, part, {}, {}, {}, {}, {0}});
   }
   return timing.table();
+}
+
+}  // namespace
+
+profile profile_model(const model_options& options, const profile_sizes& sizes, const profiler_options& profiling,
+                      bool cpu_clock) {
+  validate(options);
+  return cpu_clock ? profile_with<thread_cpu_timer>(options, sizes, profiling)
+                   : profile_with<steady_clock_timer>(options, sizes, profiling);
 }
 
 }  // namespace dflop::torch_trainer

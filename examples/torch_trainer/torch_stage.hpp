@@ -43,6 +43,7 @@ struct op_record {
   std::uint32_t microbatch = 0;        //!< schedule position
   std::vector<std::uint32_t> samples;  //!< indices into the step's batch
   double seconds = 0;                  //!< wall time of the call
+  double cpu_seconds = 0;              //!< CPU time of the call on its thread (cpu_clock.hpp)
 };
 
 //! A stage of the torch model: the layers [first_layer, end_layer) of its module
@@ -104,9 +105,11 @@ struct profile_sizes {
 
 //! Profiles every part of the model with `dflop::profiler` at TP 1 (one thread):
 //! encoder layer, patch embedding, projector, LM layer, token embedding, LM head
-//! (final norm, head and loss). Returns the profile (`write_profile_file` saves it).
+//! (final norm, head and loss). Times wall time, or with `cpu_clock` the thread's
+//! CPU time (thread_cpu_timer: what the op costs whatever else runs on a shared
+//! machine). Returns the profile (`write_profile_file` saves it).
 [[nodiscard]] profile profile_model(const model_options& options, const profile_sizes& sizes,
-                                    const profiler_options& profiling);
+                                    const profiler_options& profiling, bool cpu_clock = false);
 
 //! Sets libtorch's intra-op threads for the calling thread (OpenMP's count is
 //! per thread): 1 on every rank's thread, the ranks are the parallelism.

@@ -24,9 +24,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,7 +46,10 @@ struct trainer_options {
   int gpus = 2;                       //!< ranks of the plan (one CPU core each)
   int global_batch = 16;              //!< samples per step
   std::string schedule = "1f1b";      //!< the plan's pipeline schedule
-  std::string method = "dflop";       //!< dflop, data_blind or dflop_reference
+  //! dflop, data_blind or dflop_reference; several: each its own model and
+  //! runner, their steps interleaved (step k of each, the first method rotating)
+  //! so a shared machine's load hits them alike.
+  std::vector<std::string> methods{"dflop"};
   int steps = 5;                      //!< steps run
   std::uint64_t seed = 0;             //!< pool, planning and batch sampling (batch k packed with seed + k)
   double watchdog = 300;              //!< seconds without progress before every rank stops
@@ -85,7 +90,7 @@ struct trainer_inputs {
   fitted_cost_model cost{{}};                //!< fitted from the profile
   plan chosen;                               //!< the plan (made here or read)
   std::vector<std::vector<sample>> batches;  //!< each step's global batch
-  std::vector<batch_schedule> scheduled;     //!< each step's schedule for the method run
+  std::vector<std::vector<batch_schedule>> scheduled;  //!< per method (of the options), each step's schedule
 };
 
 //! Plans the model (`options.gpus` CPU ranks on one node) with `cost`, or takes
@@ -113,16 +118,19 @@ struct trainer_inputs {
     out.chosen = torch_pipeline::make_plan(pool, spec, cluster, out.cost, analytic_memory_model(spec), planning,
                                            {.schedule = named_schedule(options.schedule)});
   }
-  (void)out.chosen.method(options.method);  // an unknown method fails before any work
+  if (options.methods.empty()) throw input_error("--method", 0, "no method to run");
+  for (const auto& method : options.methods) (void)out.chosen.method(method);  // unknown ones fail before any work
+  out.scheduled.resize(options.methods.size());
   const torch_pipeline::policies with{.schedule = named_schedule(out.chosen.schedule)};
   const analytic_memory_model memory(out.chosen.model_spec);
   batch_sampler sampler(pool.size(), static_cast<std::size_t>(out.chosen.global_batch),
                         batch_mode::without_replacement, options.seed);
   for (int k = 0; k < options.steps; ++k) {
     out.batches.push_back(gather_samples(pool, sampler.next()));
-    out.scheduled.push_back(torch_pipeline::schedule_batch(out.chosen, out.batches.back(), out.cost, memory,
-                                                           options.seed + static_cast<std::uint64_t>(k),
-                                                           options.method, with));
+    for (std::size_t i = 0; i < options.methods.size(); ++i)
+      out.scheduled[i].push_back(torch_pipeline::schedule_batch(out.chosen, out.batches.back(), out.cost, memory,
+                                                                options.seed + static_cast<std::uint64_t>(k),
+                                                                options.methods[i], with));
   }
   return out;
 }
@@ -143,77 +151,101 @@ struct run_report {
   //! Relative errors (predicted - measured) / measured of the fitted model for
   //! every F and B op of every rank: [encoder F, encoder B, LLM F, LLM B].
   std::array<std::vector<double>, 4> op_errors;
+  //! The same against each op's CPU time on its thread.
+  std::array<std::vector<double>, 4> op_cpu_errors;
 };
 
-//! One rank's training loop: every rank of `world` calls it together.
-template <class Communicator>
-run_report train_rank(Communicator& world, const trainer_inputs& inputs, const trainer_options& options) {
-  using runner_type = torch_pipeline::runner<Communicator, torch_stage>;
-  const plan& chosen = inputs.chosen;
-  runner_type run(
-      chosen, world, [&](const stage_assignment& a) { return torch_stage(a, options.model); },
-      {.watchdog_seconds = options.watchdog}, options.method, named_schedule(chosen.schedule));
+//! Step `k` of method `i` on this rank (see `train_rank`): runs it, updates the
+//! weights, prices every op with the fitted model and, on rank 0, prints the step.
+template <class Communicator, class Runner>
+void run_step(Communicator& world, Runner& run, const trainer_inputs& inputs, const trainer_options& options,
+              std::size_t k, std::size_t i, run_report& report) {
+  const auto& batch = inputs.batches[k];
+  const auto& scheduled = inputs.scheduled[i][k];
+  const std::string& method = options.methods[i];
   const stage_assignment& mine = run.assignment();
   const world_layout layout(run.layout().config);
-  run_report report;
-  for (std::size_t k = 0; k < inputs.scheduled.size(); ++k) {
-    const auto& batch = inputs.batches[k];
-    const auto& scheduled = inputs.scheduled[k];
-    run.stage().begin_step(static_cast<double>(predicted_tokens(batch, options.model)));
-    const step_result result = run.step(scheduled, batch);
-    run.stage().update();
+  run.stage().begin_step(static_cast<double>(predicted_tokens(batch, options.model)));
+  const step_result result = run.step(scheduled, batch);
+  run.stage().update();
 
-    // The fitted model's price of every op this rank ran, against its time; all
-    // ranks' errors reach rank 0 in one sum (each rank fills its own slots: a
-    // count, then per op whether it was a B and its relative error).
-    const std::size_t most = 2 * static_cast<std::size_t>(scheduled.config.microbatches) + 2;
-    const std::size_t slots = 1 + 2 * most;
-    std::vector<double> errors(slots * static_cast<std::size_t>(world.size()), 0.0);
-    double* my = errors.data() + slots * static_cast<std::size_t>(world.rank());
-    std::size_t used = 0;
-    for (const op_record& op : run.stage().records()) {
-      if (used == most || op.samples.empty() || !(op.seconds > 0)) continue;
-      std::vector<sample> samples;
-      for (auto i : op.samples) samples.push_back(batch[i]);
-      const pass_time price =
-          inputs.cost.estimate_time(mine.role.module, static_cast<int>(mine.tp_size), samples).stage(mine.slice);
-      if (options.op_log)
-        std::cerr << "rank " << world.rank() << (op.forward ? " F " : " B ") << op.microbatch << " samples "
-                  << samples.size() << " tokens " << shape_of(mine.role.module, samples).tokens << " measured "
-                  << op.seconds * 1e3 << " ms predicted " << (op.forward ? price.forward : price.backward) * 1e3 << " ms\n";
-      my[1 + 2 * used] = op.forward ? 0 : 1;
-      my[2 + 2 * used] = ((op.forward ? price.forward : price.backward) - op.seconds) / op.seconds;
-      ++used;
-    }
-    my[0] = static_cast<double>(used);
-    world.all_reduce_sum(gradient_buffer::of(std::span<double>(errors)), world.resource());
-    for (int r = 0; r < world.size(); ++r) {
-      const double* theirs = errors.data() + slots * static_cast<std::size_t>(r);
-      const std::size_t base = layout.role(r).encoder() ? 0 : 2;
-      for (std::size_t i = 0; i < static_cast<std::size_t>(theirs[0]); ++i)
-        report.op_errors[base + static_cast<std::size_t>(theirs[1 + 2 * i])].push_back(theirs[2 + 2 * i]);
-    }
-    report.losses.push_back(result.loss);
-    report.measured.push_back(result.seconds);
-    report.predicted.push_back(scheduled.predicted_seconds);
-    if (world.rank() != 0) continue;
-    if (options.json) {
-      std::cout << nlohmann::json{{"step", k},
-                                  {"method", options.method},
-                                  {"loss", result.loss},
-                                  {"measured_seconds", result.seconds},
-                                  {"predicted_seconds", scheduled.predicted_seconds},
-                                  {"samples", batch.size()},
-                                  {"microbatches", scheduled.config.microbatches},
-                                  {"ranks", world.size()}}
-                       .dump()
-                << std::endl;
-    } else {
-      std::cout << "step " << k << "  " << options.method << "  loss " << result.loss << "  measured "
-                << result.seconds * 1e3 << " ms, predicted " << scheduled.predicted_seconds * 1e3 << " ms" << std::endl;
+  // The fitted model's price of every op this rank ran, against its wall and
+  // CPU time; all ranks' errors reach rank 0 in one sum (each rank fills its own
+  // slots: a count, then per op whether it was a B and its two relative errors).
+  const std::size_t most = 2 * static_cast<std::size_t>(scheduled.config.microbatches) + 2;
+  const std::size_t slots = 1 + 3 * most;
+  std::vector<double> errors(slots * static_cast<std::size_t>(world.size()), 0.0);
+  double* my = errors.data() + slots * static_cast<std::size_t>(world.rank());
+  std::size_t used = 0;
+  for (const op_record& op : run.stage().records()) {
+    if (used == most || op.samples.empty() || !(op.seconds > 0) || !(op.cpu_seconds > 0)) continue;
+    std::vector<sample> samples;
+    for (auto index : op.samples) samples.push_back(batch[index]);
+    const pass_time price =
+        inputs.cost.estimate_time(mine.role.module, static_cast<int>(mine.tp_size), samples).stage(mine.slice);
+    const double predicted = op.forward ? price.forward : price.backward;
+    if (options.op_log)
+      std::cerr << method << " step " << k << " rank " << world.rank() << (op.forward ? " F " : " B ") << op.microbatch
+                << ": " << samples.size() << " samples, " << shape_of(mine.role.module, samples).tokens
+                << " tokens, measured " << op.seconds * 1e3 << " ms (CPU " << op.cpu_seconds * 1e3
+                << " ms), predicted " << predicted * 1e3 << " ms\n";
+    my[1 + 3 * used] = op.forward ? 0 : 1;
+    my[2 + 3 * used] = (predicted - op.seconds) / op.seconds;
+    my[3 + 3 * used] = (predicted - op.cpu_seconds) / op.cpu_seconds;
+    ++used;
+  }
+  my[0] = static_cast<double>(used);
+  world.all_reduce_sum(gradient_buffer::of(std::span<double>(errors)), world.resource());
+  for (int r = 0; r < world.size(); ++r) {
+    const double* theirs = errors.data() + slots * static_cast<std::size_t>(r);
+    const std::size_t base = layout.role(r).encoder() ? 0 : 2;
+    for (std::size_t j = 0; j < static_cast<std::size_t>(theirs[0]); ++j) {
+      const auto which = base + static_cast<std::size_t>(theirs[1 + 3 * j]);
+      report.op_errors[which].push_back(theirs[2 + 3 * j]);
+      report.op_cpu_errors[which].push_back(theirs[3 + 3 * j]);
     }
   }
-  return report;
+  report.losses.push_back(result.loss);
+  report.measured.push_back(result.seconds);
+  report.predicted.push_back(scheduled.predicted_seconds);
+  if (world.rank() != 0) return;
+  if (options.json) {
+    std::cout << nlohmann::json{{"step", k},
+                                {"method", method},
+                                {"loss", result.loss},
+                                {"measured_seconds", result.seconds},
+                                {"predicted_seconds", scheduled.predicted_seconds},
+                                {"samples", batch.size()},
+                                {"microbatches", scheduled.config.microbatches},
+                                {"ranks", world.size()}}
+                     .dump()
+              << std::endl;
+  } else {
+    std::cout << "step " << k << "  " << method << "  loss " << result.loss << "  measured " << result.seconds * 1e3
+              << " ms, predicted " << scheduled.predicted_seconds * 1e3 << " ms" << std::endl;
+  }
+}
+
+//! One rank's training loop, one report per method of `options.methods`: every
+//! rank of `world` calls it together.
+template <class Communicator>
+std::vector<run_report> train_rank(Communicator& world, const trainer_inputs& inputs, const trainer_options& options) {
+  using runner_type = torch_pipeline::runner<Communicator, torch_stage>;
+  const plan& chosen = inputs.chosen;
+  const std::size_t methods = options.methods.size();
+  std::vector<std::unique_ptr<runner_type>> runs;
+  for (const auto& method : options.methods)
+    runs.push_back(std::make_unique<runner_type>(
+        chosen, world, [&](const stage_assignment& a) { return torch_stage(a, options.model); },
+        executor_options{.watchdog_seconds = options.watchdog}, method, named_schedule(chosen.schedule)));
+  std::vector<run_report> reports(methods);
+  for (std::size_t k = 0; k < inputs.batches.size(); ++k) {
+    for (std::size_t turn = 0; turn < methods; ++turn) {
+      const std::size_t i = (k + turn) % methods;
+      run_step(world, *runs[i], inputs, options, k, i, reports[i]);
+    }
+  }
+  return reports;
 }
 
 }  // namespace dflop::torch_trainer
