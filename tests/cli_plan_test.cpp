@@ -91,3 +91,32 @@ TEST_CASE("plan rejects bad input with exit status 2 and says what was wrong", "
   CHECK(malformed.exit_code == 2);
   CHECK_THAT(malformed.err, Catch::Contains("plan_bad.jsonl:1"));
 }
+
+TEST_CASE("plan stops on a sample no configuration holds, and plans without it when asked", "[plan][cli]") {
+  // The issue's case: 600 samples, one of them with 10^15 LLM tokens.
+  const std::string trace =
+      std::string(DFLOP_TEST_SCRATCH_DIR) + "/plan_giant_" + std::to_string(::getpid()) + ".jsonl";
+  REQUIRE(run_cli("generate --mixture onevision --samples 600 --seed 3 --output '" + trace + "'", "giant_gen")
+              .exit_code == 0);
+  {
+    std::ofstream(trace, std::ios::app)
+        << R"({"id":"giant","modality":"text","encoder_items":0,"encoder_tokens":0,"llm_tokens":1000000000000000})"
+        << "\n";
+  }
+  const std::string args = "plan --workload '" + trace + "'" + small_case;
+  const auto refused = run_cli(args, "plan_giant");
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.err, Catch::Contains(trace + ": 1 sample cannot fit in memory under any configuration"));
+  CHECK_THAT(refused.err, Catch::Contains("giant (0 encoder, 1000000000000000 LLM tokens)"));
+  CHECK_THAT(refused.err, Catch::Contains("--exclude-unfittable FILE"));
+
+  const std::string ids = trace + ".excluded";
+  const auto planned = run_cli(args + " --json --exclude-unfittable '" + ids + "'", "plan_giant_excluded");
+  INFO(planned.err);
+  REQUIRE(planned.exit_code == 0);
+  CHECK(nlohmann::json::parse(planned.out)["excluded_samples"] == nlohmann::json::array({"giant"}));
+  std::ifstream written(ids);
+  std::string line, all;
+  while (std::getline(written, line)) all += line + ";";
+  CHECK(all == "giant;");
+}

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace dflop {
 
@@ -47,6 +48,30 @@ private:
   std::string source_;
   std::size_t line_;
   std::string reason_;
+};
+
+//! Samples that no configuration can hold in memory, even alone in a
+//! microbatch with every memory saver: `what()` names the first ten, the count
+//! and the way out; `sample_ids()` holds them all.
+class unfittable_samples_error : public input_error {
+public:
+  //! \param source where the samples came from (a file, "workload")
+  //! \param finding which samples cannot fit, and where
+  //! \param way_out what the caller can do about it
+  //! \param sample_ids every unfittable sample's id, in workload order
+  unfittable_samples_error(std::string source, std::string finding, const std::string& way_out,
+                           std::vector<std::string> sample_ids)
+      : input_error(std::move(source), 0, finding + ". " + way_out), finding_(std::move(finding)),
+        sample_ids_(std::move(sample_ids)) {}
+
+  //! The samples that cannot fit and where, without the way out (a tool adds its own).
+  [[nodiscard]] const std::string& finding() const noexcept { return finding_; }
+  //! Every unfittable sample's id, in workload order.
+  [[nodiscard]] const std::vector<std::string>& sample_ids() const noexcept { return sample_ids_; }
+
+private:
+  std::string finding_;
+  std::vector<std::string> sample_ids_;
 };
 
 //! A request no plan, packing or schedule can satisfy (e.g. memory, bin caps).

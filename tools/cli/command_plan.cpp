@@ -21,6 +21,7 @@
 #include <dflop/workload/mixture.hpp>
 #include <dflop/workload/trace.hpp>
 
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -40,6 +41,7 @@ struct plan_command_options {
   std::uint64_t seed = 0;
   bool json = false;
   std::string save;  // write the plan file here
+  std::string exclude_unfittable;  // plan without unfittable samples, their ids written here
   std::string trace;
   std::string svg;
   bool timeline = false;  // demo: print one iteration as a text timeline
@@ -60,6 +62,7 @@ void run_plan(const plan_command_options& options) {
   settings.global_batch = options.global_batch;
   settings.batches = options.batches;
   settings.seed = options.seed;
+  settings.exclude_unfittable = !options.exclude_unfittable.empty();
   if (!options.json) {
     settings.progress = &std::cerr;
     settings.progress_interactive = dflop::stderr_is_terminal();
@@ -74,7 +77,25 @@ void run_plan(const plan_command_options& options) {
                             std::to_string(dflop::default_workload_samples) + " samples)"
                       : options.workload)
               << "\n";
-  const dflop::plan result = planner.make_plan(workload);
+  const dflop::plan result = [&] {
+    try {
+      return planner.make_plan(workload);
+    } catch (const dflop::unfittable_samples_error& e) {
+      // The library names its option; the user's way out is this command's flag.
+      throw dflop::input_error(options.workload.empty() ? "--workload" : options.workload, 0,
+                               e.finding() + ". Remove them, or plan without them: --exclude-unfittable FILE "
+                                             "writes their ids to FILE");
+    }
+  }();
+  if (!options.exclude_unfittable.empty()) {
+    std::ofstream ids(options.exclude_unfittable);
+    for (const auto& id : result.excluded_samples) ids << id << "\n";
+    if (!ids.flush())
+      throw dflop::input_error("--exclude-unfittable", 0, "cannot write '" + options.exclude_unfittable + "'");
+    if (!options.json)
+      std::cout << result.excluded_samples.size() << " unfittable sample(s) excluded; ids written to "
+                << options.exclude_unfittable << "\n";
+  }
 
   if (options.json) {
     std::cout << dflop::to_json(result).dump(2) << "\n";
@@ -126,6 +147,9 @@ void add_plan_flags(CLI::App& command, plan_command_options& options) {
   command.add_flag("--json", options.json, "print one JSON object");
   command.add_option("--save", options.save,
                      "write the plan to this JSON file (self-contained; read by `dflop schedule`)");
+  command.add_option("--exclude-unfittable", options.exclude_unfittable,
+                     "plan without the samples no configuration holds in memory, writing their ids (one per line) "
+                     "to this file (without it such samples stop the plan)");
   command.add_option("--trace", options.trace, "write a Chrome trace (Perfetto) of one iteration to this file");
   command.add_option("--svg", options.svg, "write an SVG picture of one iteration's timeline to this file");
 }

@@ -9,6 +9,7 @@
 #include <dflop/cost/microbatch_shape.hpp>
 #include <dflop/error.hpp>
 #include <dflop/model/multimodal_spec.hpp>
+#include <dflop/util/saturating.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -94,9 +95,9 @@ public:
     const std::int64_t parameters = ceil_div(stage_parameters(kind, slice), tp);
     const auto& precision = options_.precision;
     memory_breakdown memory;
-    memory.parameters = parameters * precision.weight_bytes;
-    memory.gradients = parameters * precision.gradient_bytes;
-    memory.optimizer_states = ceil_div(parameters * precision.optimizer_bytes, choices.optimizer_shards);
+    memory.parameters = saturating_mul(parameters, precision.weight_bytes);
+    memory.gradients = saturating_mul(parameters, precision.gradient_bytes);
+    memory.optimizer_states = ceil_div(saturating_mul(parameters, precision.optimizer_bytes), choices.optimizer_shards);
     memory.activations =
         activation_bytes(kind, tp, slice, in_flight, shape_of(kind, microbatch), choices.recompute_activations);
     return memory;
@@ -121,6 +122,8 @@ public:
   //! Activation bytes with recomputation on or off regardless of the options.
   [[nodiscard]] std::int64_t activation_bytes(module_kind kind, int tp, stage_slice slice, int in_flight,
                                               const microbatch_shape& shape, bool recompute) const {
+    // A token count beyond 64 bits (only a corrupt input has one) needs more bytes than any device.
+    if (!(shape.tokens < 0x1p63)) return saturated_count;
     const auto tokens = static_cast<std::int64_t>(std::llround(shape.tokens));
     const std::int64_t element = options_.precision.activation_bytes;
     const bool encoder = kind == module_kind::encoder;
@@ -137,10 +140,12 @@ public:
       sharded += encoder ? (model_.projector.input_hidden + 2 * model_.projector.output_hidden) * element
                          : 2 * hidden * element + 6 * model_.llm.vocab;
     if (slice.embedding && encoder) replicated += 3 * model_.encoder.patch_size * model_.encoder.patch_size * element;
-    const std::int64_t per_microbatch = ceil_div(tokens * sharded, tp) + tokens * replicated;
-    std::int64_t total = in_flight * per_microbatch;
+    // Per-token figures are model constants; products with token counts saturate (see saturating.hpp).
+    const std::int64_t per_microbatch =
+        saturating_add(ceil_div(saturating_mul(tokens, sharded), tp), saturating_mul(tokens, replicated));
+    std::int64_t total = saturating_mul(in_flight, per_microbatch);
     if (recompute && slice.layers > 0 && in_flight > 0)
-      total += ceil_div(tokens * full_layer * element, tp);
+      total = saturating_add(total, ceil_div(saturating_mul(saturating_mul(tokens, full_layer), element), tp));
     return total;
   }
 
@@ -150,7 +155,10 @@ public:
   [[nodiscard]] const memory_options& options() const noexcept { return options_; }
 
 private:
-  static constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return (a + b - 1) / b; }
+  // Saturated stays saturated: a / b rounded up, without the overflow of a + b - 1.
+  static constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept {
+    return a == saturated_count ? a : a / b + (a % b != 0);
+  }
   multimodal_spec model_;
   memory_options options_;
 };

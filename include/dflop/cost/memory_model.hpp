@@ -6,6 +6,7 @@
 
 #include <dflop/cost/stage_slice.hpp>
 #include <dflop/model/module_kind.hpp>
+#include <dflop/util/saturating.hpp>
 #include <dflop/workload/sample.hpp>
 
 #include <concepts>
@@ -22,9 +23,9 @@ struct memory_breakdown {
   std::int64_t optimizer_states = 0;  //!< fp32 master weights + Adam moments by default
   std::int64_t activations = 0;       //!< stored for backward, all microbatches in flight
 
-  //! Everything together.
+  //! Everything together; `saturated_count` when the sum exceeds 64 bits.
   [[nodiscard]] constexpr std::int64_t total() const noexcept {
-    return parameters + gradients + optimizer_states + activations;
+    return saturating_add(saturating_add(parameters, gradients), saturating_add(optimizer_states, activations));
   }
 
   friend bool operator==(const memory_breakdown&, const memory_breakdown&) = default;
@@ -40,6 +41,11 @@ inline std::ostream& operator<<(std::ostream& out, const memory_breakdown& memor
 //! `slice` of module `kind` at TP degree `tp` and keeps `in_flight` microbatches
 //! like `microbatch` alive (1F1B: stage s of S holds up to S - s). Satisfied by
 //! `analytic_memory_model`.
+//!
+//! Semantic requirements the planner relies on: more tokens in a module's
+//! microbatch never need fewer bytes (it finds the samples that cannot fit
+//! anywhere by bisecting over token counts), and counts too large for 64 bits
+//! saturate at `saturated_count` rather than wrap.
 //!
 //!     memory_breakdown estimate_memory(module_kind kind, int tp, stage_slice slice, int in_flight,
 //!                                      std::span<const sample> microbatch) const;

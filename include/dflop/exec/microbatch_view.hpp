@@ -6,6 +6,7 @@
 #pragma once
 
 #include <dflop/error.hpp>
+#include <dflop/util/saturating.hpp>
 #include <dflop/workload/sample.hpp>
 
 #include <cstddef>
@@ -73,16 +74,17 @@ public:
   [[nodiscard]] std::span<const std::uint32_t> indices() const noexcept { return indices_; }
   //! The global batch the indices point into.
   [[nodiscard]] std::span<const sample> batch() const noexcept { return batch_; }
-  //! Sum of the samples' packed LLM sequence lengths (the LLM's row length).
+  //! Sum of the samples' packed LLM sequence lengths (the LLM's row length);
+  //! `saturated_count` when it exceeds 64 bits.
   [[nodiscard]] std::int64_t llm_tokens() const noexcept {
     std::int64_t total = 0;
-    for (auto i : indices_) total += batch_[i].llm_tokens;
+    for (auto i : indices_) total = saturating_add(total, batch_[i].llm_tokens);
     return total;
   }
-  //! Sum of the samples' encoder tokens.
+  //! Sum of the samples' encoder tokens; `saturated_count` when it exceeds 64 bits.
   [[nodiscard]] std::int64_t encoder_tokens() const noexcept {
     std::int64_t total = 0;
-    for (auto i : indices_) total += batch_[i].encoder_tokens;
+    for (auto i : indices_) total = saturating_add(total, batch_[i].encoder_tokens);
     return total;
   }
 

@@ -82,6 +82,9 @@ struct plan {
   double ideal_seconds = 0;            //!< training FLOPs / (GPUs x peak x best efficiency): no plan beats it
   std::vector<method_result> baselines;  //!< data_blind and dflop_reference, when computed
   search_statistics search;            //!< how the search went
+  //! Ids of the workload's samples left out because no configuration holds
+  //! them (only with `planner_options::exclude_unfittable`), in workload order.
+  std::vector<std::string> excluded_samples;
 
   //! Samples per second of the chosen plan.
   [[nodiscard]] double samples_per_second() const noexcept {
@@ -161,6 +164,9 @@ inline std::ostream& operator<<(std::ostream& out, const plan& result) {
       << detail::format_fixed(result.samples_per_second(), 1) << " samples/s, "
       << detail::format_fixed(100 * result.efficiency(), 0) << "% of ideal), mean over " << result.batches
       << " sampled batches\n";
+  if (!result.excluded_samples.empty())
+    out << "excluded: " << result.excluded_samples.size()
+        << " sample(s) no configuration holds in memory, first: " << result.excluded_samples.front() << "\n";
   out << "memory per GPU (tail microbatch, in-flight activations):\n";
   for (const auto& stage : result.memory)
     out << "  " << to_string(stage.module) << " stage " << stage.stage << ": "

@@ -27,7 +27,7 @@ namespace dflop {
 //! the file in errors. For planner output `to_json(plan_from_json(to_json(p)))
 //! == to_json(p)`. Derived figures (`samples_per_second`, `efficiency`,
 //! `speedup_of_dflop`, the GiB of `memory_gib`) are accepted and not read;
-//! `search` is optional. Throws `input_error` for a wrong `plan_version`, a
+//! `search` and `excluded_samples` are optional. Throws `input_error` for a wrong `plan_version`, a
 //! missing, mistyped or unknown field, or a configuration that cannot run.
 [[nodiscard]] inline plan plan_from_json(const nlohmann::json& document, const std::string& source) {
   const detail::json_fields fields(document, source, "");
@@ -38,7 +38,7 @@ namespace dflop {
                                     ", got " + std::to_string(version));
   fields.only({"plan_version", "model", "model_spec", "cluster", "global_batch", "batches", "seed", "batch", "config",
                "iteration_seconds", "estimated_seconds", "peak_memory_gib", "samples_per_second", "memory_gib",
-               "ideal_seconds", "efficiency", "baselines", "search"});
+               "ideal_seconds", "efficiency", "excluded_samples", "baselines", "search"});
 
   plan result;
   result.model_spec = detail::plan_model_from_json(fields);
@@ -63,6 +63,14 @@ namespace dflop {
                                 0};
   result.memory = detail::plan_memory_from_json(fields, result.chosen.config);
   result.ideal_seconds = fields.number_at_least("ideal_seconds", 0);
+  if (fields.has("excluded_samples")) {
+    const nlohmann::json& ids = fields.array("excluded_samples");
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (!ids[i].is_string() || ids[i].get_ref<const std::string&>().empty())
+        fields.fail(fields.path("excluded_samples[" + std::to_string(i) + "]"), "must be a non-empty sample id string");
+      result.excluded_samples.push_back(ids[i].get<std::string>());
+    }
+  }
 
   const detail::json_fields baselines(fields.at("baselines"), source, "baselines");
   for (const auto& item : fields.at("baselines").items()) {

@@ -8,7 +8,8 @@
 //! dp, memory savers and layer ranges; microbatches; schedule);
 //! `iteration_seconds`, `estimated_seconds`, `peak_memory_gib`,
 //! `samples_per_second`, `memory_gib` per stage, `ideal_seconds`,
-//! `efficiency`, `baselines` (data_blind, dflop_reference) and `search`.
+//! `efficiency`, `excluded_samples` (ids of the samples planned without because
+//! no configuration holds them), `baselines` (data_blind, dflop_reference) and `search`.
 //! Field by field: docs/plan-files.md.
 #pragma once
 
@@ -94,6 +95,7 @@ inline constexpr int plan_file_version = 1;
   out["memory_gib"] = memory;
   out["ideal_seconds"] = result.ideal_seconds;
   out["efficiency"] = result.efficiency();
+  out["excluded_samples"] = result.excluded_samples;
   auto baselines = nlohmann::ordered_json::object();
   for (const auto& baseline : result.baselines)
     baselines[baseline.method] = {{"config", config_json(baseline, result.schedule)},

@@ -24,6 +24,7 @@
 #include <dflop/plan/detail/baselines.hpp>
 #include <dflop/plan/detail/candidate_enumeration.hpp>
 #include <dflop/plan/detail/plan_scorer.hpp>
+#include <dflop/plan/detail/unfittable_samples.hpp>
 #include <dflop/plan/layer_partitioner.hpp>
 #include <dflop/plan/pack/packer.hpp>
 #include <dflop/plan/pack/refined_packer.hpp>
@@ -72,16 +73,36 @@ public:
   }
 
   //! Plans for `workload` (at least one global batch of samples). Throws
+  //! `unfittable_samples_error` naming the samples no configuration holds in
+  //! memory even alone (unless `planner_options::exclude_unfittable`: then
+  //! plans without them and lists them in `plan::excluded_samples`), and
   //! `infeasible_error` naming the closest configuration and its shortfall
   //! when nothing fits in memory.
   [[nodiscard]] plan make_plan(std::span<const sample> workload) {
     const auto started = std::chrono::steady_clock::now();
     const planner_options& settings = scorer_.options();
-    if (workload.size() < static_cast<std::size_t>(settings.global_batch))
-      throw input_error("workload", 0,
-                        std::to_string(workload.size()) + " samples cannot fill a global batch of " +
-                            std::to_string(settings.global_batch));
+    require_full_batch(workload, "");
     prepare(workload);
+    std::vector<std::string> excluded;
+    std::vector<sample> kept;  // the workload without what is excluded
+    if (const auto unfittable = unfittable_samples(workload); !unfittable.empty()) {
+      excluded.reserve(unfittable.size());
+      for (std::size_t i : unfittable) excluded.push_back(workload[i].id);
+      if (!settings.exclude_unfittable)
+        throw unfittable_samples_error("workload", unfittable_text(workload, unfittable),
+                                       "Remove them, or plan without them (planner_options::exclude_unfittable)",
+                                       std::move(excluded));
+      kept.reserve(workload.size() - unfittable.size());
+      for (std::size_t i = 0, next = 0; i < workload.size(); ++i)
+        if (next < unfittable.size() && unfittable[next] == i)
+          ++next;
+        else
+          kept.push_back(workload[i]);
+      workload = kept;
+      require_full_batch(workload, " after excluding " + std::to_string(unfittable.size()) + " unfittable sample" +
+                                       (unfittable.size() == 1 ? "" : "s"));
+      prepare(workload);
+    }
     auto lap = [last = started]() mutable {
       const auto now = std::chrono::steady_clock::now();
       const double seconds = std::chrono::duration<double>(now - last).count();
@@ -100,6 +121,7 @@ public:
     result.seed = settings.seed;
     result.schedule = std::string(scorer_.schedule_policy().name());
     result.ideal_seconds = scorer_.ideal_seconds();
+    result.excluded_samples = std::move(excluded);
 
     // The baselines' configurations join dflop's finalists: scored with dflop's
     // layer split and per-batch policies they are candidates like any other.
@@ -132,6 +154,13 @@ public:
     const double seconds = scorer_.simulate_all(layout, scorer_.pack_policy(), scorer_.options().batch, &tails);
     if (scorer_.memory_shortfall(config, scorer_.partitioner(), tails) > 0) return std::nullopt;
     return seconds;
+  }
+
+  //! Positions in `workload` of the samples that no candidate configuration
+  //! holds in memory, even alone in a microbatch with every memory saver on,
+  //! in workload order (after `prepare`; see `detail/unfittable_samples.hpp`).
+  [[nodiscard]] std::vector<std::size_t> unfittable_samples(std::span<const sample> workload) {
+    return detail::unfittable_sample_finder(scorer_, workload).find(candidates_.candidates);
   }
 
   //! Samples the batches and enumerates candidates without searching (for `score`).
@@ -175,6 +204,34 @@ public:
   }
 
 private:
+  void require_full_batch(std::span<const sample> workload, const std::string& context) const {
+    const int global_batch = scorer_.options().global_batch;
+    if (workload.size() < static_cast<std::size_t>(global_batch))
+      throw input_error("workload", 0,
+                        std::to_string(workload.size()) + " samples" + context + " cannot fill a global batch of " +
+                            std::to_string(global_batch));
+  }
+
+  // Names the first ten unfittable samples with their token counts, and the count.
+  [[nodiscard]] std::string unfittable_text(std::span<const sample> workload,
+                                            std::span<const std::size_t> unfittable) const {
+    std::string text = std::to_string(unfittable.size()) + " sample" + (unfittable.size() == 1 ? "" : "s") +
+                       " cannot fit in memory under any configuration of " + scorer_.model().name + " on " +
+                       std::to_string(scorer_.cluster().gpus) + " x " + scorer_.cluster().gpu.name + " (" +
+                       detail::format_fixed(scorer_.capacity() / (1 << 30), 1) +
+                       " GiB usable per GPU), even alone in a microbatch with every memory saver on: ";
+    for (std::size_t k = 0; k < std::min<std::size_t>(unfittable.size(), 10); ++k) {
+      const sample& s = workload[unfittable[k]];
+      text += (k > 0 ? ", " : "") + s.id + " (" + std::to_string(s.encoder_tokens) + " encoder, " +
+              std::to_string(s.llm_tokens) + " LLM tokens)";
+    }
+    if (unfittable.size() > 10) text += ", and " + std::to_string(unfittable.size() - 10) + " more";
+    if (2 * unfittable.size() > workload.size())
+      text += " (" + std::to_string(unfittable.size()) + " of " + std::to_string(workload.size()) +
+              " samples: the GPUs are too small for this workload, not a few outliers)";
+    return text;
+  }
+
   using scorer_type = detail::plan_scorer<Cost, Memory, Partitioner, Packer, Schedule>;
 
   // A configuration scored by the scan: its simulated seconds, the memory

@@ -28,6 +28,10 @@ struct planner_options {
   //! always among the scan's best 4 (same plan with 8), at half the final cost.
   std::size_t finalists = 4;
   bool prune_by_bound = true;            //!< skip candidates whose lower bound cannot win
+  //! Plan without the samples no configuration can hold even alone (their ids
+  //! land in `plan::excluded_samples`); false: `make_plan` throws
+  //! `unfittable_samples_error` naming them. Nothing is dropped unless asked.
+  bool exclude_unfittable = false;
   bool baselines = true;                 //!< also choose and score data_blind and dflop_reference
   std::size_t baseline_attempts = 64;    //!< a baseline's choices tried before it turns on memory savers
   unsigned threads = 0;                  //!< threads scoring the sampled batches (0: the hardware's); same plan for any count

@@ -10,6 +10,7 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace dflop {
 
@@ -66,17 +67,27 @@ inline std::ostream& operator<<(std::ostream& out, const sample& s) {
              << ", encoder_tokens=" << s.encoder_tokens << ", llm_tokens=" << s.llm_tokens << "}";
 }
 
+//! Largest count a sample may have: 2^53, the last integer a double holds
+//! exactly, so every count converts exactly where shapes and costs are priced
+//! (in doubles), and integer sums over a batch of up to 1024 such samples fit in 64 bits.
+inline constexpr std::int64_t max_sample_count = std::int64_t{1} << 53;
+
 //! Why a sample is not self-consistent, or nullopt when it is. The rules:
 //! counts are non-negative; an LLM sequence has at least one token; a text
 //! sample has no encoder items or tokens; any other modality has at least one
 //! item, and items and tokens are both zero or both positive, with at least one
-//! encoder token per item.
+//! encoder token per item; no count exceeds `max_sample_count`.
 [[nodiscard]] inline std::optional<std::string> find_inconsistency(const sample& s) {
   if (s.id.empty()) return "empty id";
   if (s.encoder_items < 0) return "negative encoder_items (" + std::to_string(s.encoder_items) + ")";
   if (s.encoder_tokens < 0) return "negative encoder_tokens (" + std::to_string(s.encoder_tokens) + ")";
   if (s.llm_tokens < 0) return "negative llm_tokens (" + std::to_string(s.llm_tokens) + ")";
   if (s.llm_tokens == 0) return "llm_tokens is 0: every sample has at least one LLM token";
+  for (const auto& [name, count] : {std::pair{"encoder_items", s.encoder_items},
+                                    std::pair{"encoder_tokens", s.encoder_tokens}, std::pair{"llm_tokens", s.llm_tokens}})
+    if (count > max_sample_count)
+      return std::string(name) + " (" + std::to_string(count) + ") exceeds " + std::to_string(max_sample_count) +
+             " (2^53), the largest count dflop prices exactly";
   if (s.kind == modality::text) {
     if (s.encoder_items != 0 || s.encoder_tokens != 0)
       return "a text sample has encoder_items " + std::to_string(s.encoder_items) + " and encoder_tokens " +

@@ -30,6 +30,7 @@
 #include <dflop/schedule/concept.hpp>
 #include <dflop/schedule/op.hpp>
 #include <dflop/util/parallel_for.hpp>
+#include <dflop/util/saturating.hpp>
 #include <dflop/workload/sample.hpp>
 #include <dflop/workload/sampling.hpp>
 
@@ -397,7 +398,7 @@ private:
     for (const auto& group : groups) {
       std::pair<std::int64_t, std::vector<sample>> entry{0, {}};
       for (std::uint32_t i : group) {
-        entry.first += batch[i].*field;
+        entry.first = saturating_add(entry.first, batch[i].*field);
         entry.second.push_back(batch[i]);
       }
       out.push_back(std::move(entry));
