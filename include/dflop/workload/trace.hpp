@@ -93,6 +93,11 @@ inline std::int64_t read_integer_field(const nlohmann::json& object, const char*
     else
       reason.append(": ").append(message);
     throw input_error(source, line, reason);
+  } catch (const nlohmann::json::exception& value_failure) {
+    // Valid syntax, but a value no number type holds ("number overflow parsing '1e999'").
+    std::string message = value_failure.what();
+    if (const auto bracket = message.find("] "); bracket != std::string::npos) message.erase(0, bracket + 2);
+    throw input_error(source, line, "invalid JSON: " + message);
   }
   if (!object.is_object())
     throw input_error(source, line, "expected a JSON object, found " + detail::json_kind(object));

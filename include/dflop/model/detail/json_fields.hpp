@@ -5,6 +5,7 @@
 //! silently fall back to a default).
 #pragma once
 
+#include <algorithm>
 #include <dflop/error.hpp>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +34,16 @@ namespace dflop::detail {
     std::string reason = e.what();
     // nlohmann's message starts "[json.exception.parse_error.101] parse error at line L, column C: ..."
     if (const auto colon = reason.find("]"); colon != std::string::npos) reason = reason.substr(colon + 2);
+    throw input_error(source, line, "invalid JSON: " + reason);
+  } catch (const nlohmann::json::exception& e) {
+    // Not a syntax error but a value JSON allows and no number type holds
+    // ("number overflow parsing '1e999'"): its line is where the number is.
+    std::string reason = e.what();
+    if (const auto bracket = reason.find("] "); bracket != std::string::npos) reason = reason.substr(bracket + 2);
+    std::size_t line = 0;
+    if (const auto open = reason.find('\''), close = reason.rfind('\''); open != std::string::npos && close > open)
+      if (const auto at = text.find(reason.substr(open + 1, close - open - 1)); at != std::string_view::npos)
+        line = 1 + static_cast<std::size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
     throw input_error(source, line, "invalid JSON: " + reason);
   }
 }
@@ -112,7 +123,9 @@ public:
       const auto number = value.get<std::int64_t>();
       if (number >= minimum && number <= maximum) return number;
     } else if (value.is_number_unsigned() && minimum >= 0 &&
+               value.get<std::uint64_t>() >= static_cast<std::uint64_t>(minimum) &&
                value.get<std::uint64_t>() <= static_cast<std::uint64_t>(maximum)) {
+      // nlohmann reads every non-negative integer as unsigned: both bounds are checked here too (a 0 once passed a minimum of 1).
       return static_cast<std::int64_t>(value.get<std::uint64_t>());
     }
     std::string expected = "expected an integer >= " + std::to_string(minimum);
