@@ -17,6 +17,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -55,13 +56,16 @@ void print_json(const stats_options& options, const std::vector<dflop::sample>& 
   else
     report["workload"] = {{"source", "file"}, {"path", options.workload}};
   report["samples"] = statistics.sample_count;
-  auto& modalities = report["modalities"] = nlohmann::ordered_json::object();
+  // Parts are built apart and then added: an ordered_json keeps its members in a
+  // vector, so a reference to one dangles once the next key is added.
+  auto modalities = nlohmann::ordered_json::object();
   for (dflop::modality kind : dflop::all_modalities)
     modalities[std::string(dflop::to_string(kind))] = {{"count", statistics.count(kind)},
                                                        {"share", statistics.share(kind)}};
+  report["modalities"] = std::move(modalities);
   report["quantiles"] = "nearest-rank";
-  auto& fields = report["fields"] = nlohmann::ordered_json::object();
-  auto& histograms = report["histograms_log2"] = nlohmann::ordered_json::object();
+  auto fields = nlohmann::ordered_json::object();
+  auto histograms = nlohmann::ordered_json::object();
   for (dflop::sample_field field : dflop::all_sample_fields) {
     const auto& summary = statistics.summary(field);
     const std::string name(dflop::to_string(field));
@@ -69,6 +73,8 @@ void print_json(const stats_options& options, const std::vector<dflop::sample>& 
                     {"p90", summary.p90}, {"p99", summary.p99},   {"max", summary.max}};
     histograms[name] = histogram_json(dflop::log2_histogram(dflop::field_values(samples, field)));
   }
+  report["fields"] = std::move(fields);
+  report["histograms_log2"] = std::move(histograms);
   std::cout << report.dump(2) << "\n";
 }
 
