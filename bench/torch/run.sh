@@ -4,7 +4,8 @@
 #
 #   bench/torch/run.sh [BUILD_DIR] [OUT_DIR]        # env: STEPS (12), REPEATS (3), GLOBAL_BATCH (16), LOSS_STEPS (50)
 #
-# 1. Profiles the model's parts with dflop::profiler (thread CPU time) -> OUT/torch.csv.
+# 1. Profiles the model's parts with dflop::profiler (thread CPU time, caches flushed
+#    before each timed run: 64 MiB written) -> OUT/torch.csv.
 # 2. Under `mpirun -np 2` (encoder | LLM, one rank per process, one torch thread
 #    each) runs the plan's dflop method and its data_blind baseline side by side:
 #    REPEATS jobs of STEPS steps, each step run by both methods in turn (own
@@ -25,7 +26,7 @@ mpirun=(mpirun -np 2 --oversubscribe)
 mkdir -p "$out"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out/load.txt" >&2
 echo "profiling -> $out/torch.csv" >&2
-"$trainer" --profile "$out/torch.csv" --profile-clock cpu --profile-repeats 7 2>"$out/profile.log"
+"$trainer" --profile "$out/torch.csv" --profile-clock cpu --profile-flush-mib 64 --profile-repeats 7 2>"$out/profile.log"
 for r in $(seq 1 "$repeats"); do
   echo "run $r/$repeats: dflop and data_blind, $steps steps each" >&2
   "${mpirun[@]}" "$trainer" --cost-profile "$out/torch.csv" --global-batch "$batch" --steps "$steps" \

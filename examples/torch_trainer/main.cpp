@@ -52,6 +52,7 @@ struct options {
   std::vector<double> llm_sizes{32, 128, 320, 640, 1280};
   int repeats = 5;
   bool cpu_clock = false;    // --profile-clock cpu
+  double flush_mib = 0;      // --profile-flush-mib
 };
 
 bool launched_by_mpirun() {
@@ -65,7 +66,8 @@ dflop::profile profile_now(const options& o, std::ostream* progress) {
   profiling.repeats = o.repeats;
   profiling.progress = progress;
   profiling.source = o.profile_out.empty() ? "profile" : o.profile_out;
-  return profile_model(o.run.model, {o.encoder_sizes, o.llm_sizes}, profiling, o.cpu_clock);
+  return profile_model(o.run.model, {o.encoder_sizes, o.llm_sizes}, profiling, o.cpu_clock,
+                       static_cast<std::size_t>(o.flush_mib * 1048576.0));
 }
 
 dflop::fitted_cost_model cost_model_of(const options& o, bool mpi, std::ostream* progress) {
@@ -271,6 +273,9 @@ int main(int argc, char** argv) {
            o.cpu_clock = clock == "cpu";
          },
          "what the profile times: wall (default) or cpu (the thread's CPU time; steadier on a shared machine)");
+  app.add_option("--profile-flush-mib", o.flush_mib,
+                 "with --profile-clock cpu: MiB of other memory written before each timed run (cold caches)")
+      ->check(CLI::Range(0.0, 4096.0));
   app.add_option("--profile-encoder-tokens", o.encoder_sizes, "encoder sizes profiled (tokens, whole items)");
   app.add_option("--profile-llm-tokens", o.llm_sizes, "LLM sizes profiled (tokens of one sequence)");
   app.add_option("--cost-profile", o.cost_profile, "profile CSV to fit the cost model from (threads: default profiles now)");

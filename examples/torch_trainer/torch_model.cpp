@@ -674,8 +674,9 @@ struct part_target {
 };
 
 template <class Timer>
-profile profile_with(const model_options& options, const profile_sizes& sizes, const profiler_options& profiling) {
-  profiler<Timer> timing(profiling);
+profile profile_with(const model_options& options, const profile_sizes& sizes, const profiler_options& profiling,
+                     Timer timer) {
+  profiler<Timer> timing(profiling, std::move(timer));
   const profile_grid encoder_grid{profile_size::tokens, sizes.encoder_tokens, {1}};
   const profile_grid llm_grid{profile_size::tokens, sizes.llm_tokens, {1}};
   // A one-layer-per-module model holding every part (position 0 for the LLM: no hand-off).
@@ -697,10 +698,10 @@ profile profile_with(const model_options& options, const profile_sizes& sizes, c
 }  // namespace
 
 profile profile_model(const model_options& options, const profile_sizes& sizes, const profiler_options& profiling,
-                      bool cpu_clock) {
+                      bool cpu_clock, std::size_t flush_bytes) {
   validate(options);
-  return cpu_clock ? profile_with<thread_cpu_timer>(options, sizes, profiling)
-                   : profile_with<steady_clock_timer>(options, sizes, profiling);
+  return cpu_clock ? profile_with<thread_cpu_timer>(options, sizes, profiling, thread_cpu_timer(flush_bytes))
+                   : profile_with<steady_clock_timer>(options, sizes, profiling, steady_clock_timer());
 }
 
 }  // namespace dflop::torch_trainer

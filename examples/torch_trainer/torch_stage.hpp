@@ -107,9 +107,11 @@ struct profile_sizes {
 //! encoder layer, patch embedding, projector, LM layer, token embedding, LM head
 //! (final norm, head and loss). Times wall time, or with `cpu_clock` the thread's
 //! CPU time (thread_cpu_timer: what the op costs whatever else runs on a shared
-//! machine). Returns the profile (`write_profile_file` saves it).
+//! machine), after writing `flush_bytes` of other memory before each timed run (cold
+//! caches, as a pipelined stage meets them). Returns the profile (`write_profile_file` saves it).
 [[nodiscard]] profile profile_model(const model_options& options, const profile_sizes& sizes,
-                                    const profiler_options& profiling, bool cpu_clock = false);
+                                    const profiler_options& profiling, bool cpu_clock = false,
+                                    std::size_t flush_bytes = 0);
 
 //! Sets libtorch's intra-op threads for the calling thread (OpenMP's count is
 //! per thread): 1 on every rank's thread, the ranks are the parallelism.
