@@ -46,8 +46,9 @@ inline named_schedule one_chunk_schedule(const std::string& name) {
 //! Plans as `dflop plan` does (tools/cli/command_plan.cpp), without progress output.
 inline plan make_plan(std::span<const sample> workload, const multimodal_spec& model, const cluster_spec& cluster,
                       int global_batch, int batches, std::uint64_t seed, const std::string& schedule,
-                      unsigned threads) {
+                      unsigned threads, bool exclude_unfittable) {
   planner_options settings;
+  settings.exclude_unfittable = exclude_unfittable;
   settings.global_batch = global_batch;
   settings.batches = batches;
   settings.seed = seed;
@@ -124,6 +125,9 @@ inline void add_plan_bindings(py::module_& module) {
       .def_readonly("seed", &plan::seed, "Sampling seed of those batches.")
       .def_readonly("schedule", &plan::schedule, "Pipeline schedule: gpipe, 1f1b or zb-h1.")
       .def_readonly("chosen", &plan::chosen, "dflop's choice (a MethodResult).")
+      .def_readonly("excluded_samples", &plan::excluded_samples,
+                    "Ids of the workload's samples the plan was made without (exclude_unfittable=True): no "
+                    "configuration holds them in memory even alone in a microbatch.")
       .def_property_readonly(
           "config", [](const plan& p) { return detail::to_python(config_json(p.chosen, p.schedule)); },
           "The chosen configuration as in the plan file: encoder and llm (tp, pp, dp, recompute, "
@@ -223,19 +227,23 @@ inline void add_plan_bindings(py::module_& module) {
   module.def(
       "plan",
       [](py::handle workload, py::handle model, const cluster_spec& cluster, int global_batch, int batches,
-         std::uint64_t seed, const std::string& schedule, unsigned threads) {
+         std::uint64_t seed, const std::string& schedule, unsigned threads, bool exclude_unfittable) {
         sample_list storage;
         const sample_list& samples = as_samples(workload, storage, "workload");
         const multimodal_spec spec = detail::model_of(model);
         py::gil_scoped_release unlocked;
-        return detail::make_plan(samples, spec, cluster, global_batch, batches, seed, schedule, threads);
+        return detail::make_plan(samples, spec, cluster, global_batch, batches, seed, schedule, threads,
+                                 exclude_unfittable);
       },
       py::arg("workload"), py::arg("model"), py::arg("cluster"), py::kw_only(), py::arg("global_batch") = 512,
       py::arg("batches") = 4, py::arg("seed") = 0, py::arg("schedule") = "1f1b", py::arg("threads") = 0,
+      py::arg("exclude_unfittable") = false,
       "Chooses the 3D parallel configuration for a workload, model and cluster, as `dflop plan` does with the "
       "same --global-batch, --batches, --seed and --schedule (the plan does not depend on `threads`; 0: all "
       "cores). workload: Samples, a trace path or a list of dicts; model: a preset 'ENCODER+LLM', a model JSON "
-      "file or a Model. Raises InputError for bad input, InfeasibleError when no configuration fits in memory. "
+      "file or a Model. Raises InputError for bad input (also for samples no configuration holds in memory even "
+      "alone, naming them; exclude_unfittable=True plans without them and lists them in Plan.excluded_samples, "
+      "as --exclude-unfittable does), InfeasibleError when no configuration fits in memory. "
       "The GIL is released while planning.");
 
   module.def(

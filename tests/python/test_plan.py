@@ -101,3 +101,23 @@ def test_planning_releases_the_gil():
     assert result["plan"].iteration_seconds > 0
     assert planning > 0.3, "planning too short to tell"
     assert longest_stall < planning / 2, f"the main thread stalled {longest_stall:.3f} s of {planning:.3f} s"
+
+
+def test_unfittable_samples_raise_input_error_or_are_excluded_as_the_cli_does(cli_json, small_trace, tmp_path):
+    _, samples = small_trace
+    records = samples.to_records()[:600]
+    records.append({"id": "giant", "modality": "text", "encoder_items": 0, "encoder_tokens": 0,
+                    "llm_tokens": 10 ** 15})
+    path = tmp_path / "giant.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    cluster = dflop.Cluster(16, 8, "h100-80gb")
+    with pytest.raises(dflop.InputError, match=r"1 sample cannot fit in memory .*: giant \(0 encoder, "
+                                               r"1000000000000000 LLM tokens\)"):
+        dflop.plan(records, "siglip-400m+qwen2.5-7b", cluster, global_batch=64, batches=2)
+    plan = dflop.plan(records, "siglip-400m+qwen2.5-7b", cluster, global_batch=64, batches=2,
+                      exclude_unfittable=True)
+    assert plan.excluded_samples == ["giant"]
+    expected = cli_json("plan", "--workload", path, "--gpus", 16, "--global-batch", 64, "--batches", 2,
+                        "--exclude-unfittable", tmp_path / "excluded.txt")
+    assert without_timings(plan.to_dict()) == without_timings(expected)
+    assert (tmp_path / "excluded.txt").read_text() == "giant\n"
