@@ -193,6 +193,8 @@ int run(int argc, char** argv, const options& o) {
   try {
     validate(o.run.model);
     if (!o.profile_out.empty()) {
+      if (launched_by_mpirun())
+        throw dflop::input_error("--profile", 0, "profile in one process (not under mpirun): every rank would write the file");
       set_torch_threads(1);
       dflop::write_profile_file(o.profile_out, profile_now(o, &std::cerr));
       const auto fitted = dflop::fitted_cost_model::from_profile(dflop::read_profile_file(o.profile_out));
