@@ -16,6 +16,7 @@
 //     writes PLAN with the JSON value at POINTER (e.g. /config/llm/dp) replaced by
 //     VALUE (JSON; "+=N" adds N to the number there) to OUT: a hand-edited plan file.
 #include "../command_runner.hpp"
+#include "../run_lines.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -35,23 +36,7 @@ namespace {
 using dflop::test::command;
 using dflop::test::fail;
 
-struct run_lines {
-  std::vector<nlohmann::json> steps;
-  nlohmann::json summary;
-};
-
-run_lines parse(const std::string& output) {
-  run_lines out;
-  std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty() || line.front() != '{') continue;
-    auto value = nlohmann::json::parse(line);
-    if (value.value("summary", false)) out.summary = std::move(value);
-    else out.steps.push_back(std::move(value));
-  }
-  if (out.summary.is_null()) fail("no summary line");
-  return out;
-}
+using dflop::test::run_lines;
 
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
@@ -59,7 +44,7 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-run_lines run_ok(const command& cmd) { return parse(dflop::test::run_ok(cmd)); }
+run_lines run_ok(const command& cmd) { return dflop::test::parse_run_lines(dflop::test::run_ok(cmd)); }
 
 void check_runs(std::size_t steps, const command& cmd) {
   const auto lines = run_ok(cmd);

@@ -12,6 +12,7 @@
 //   fails STATUS TEXT -- COMMAND...
 //     the command exits with STATUS and its output contains TEXT.
 #include "../command_runner.hpp"
+#include "../run_lines.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -27,24 +28,7 @@ namespace {
 using dflop::test::command;
 using dflop::test::fail;
 
-struct run_lines {
-  std::vector<nlohmann::json> steps, checks;
-  nlohmann::json summary;
-};
-
-run_lines parse(const std::string& output) {
-  run_lines out;
-  std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty() || line.front() != '{') continue;
-    auto value = nlohmann::json::parse(line);
-    if (value.value("summary", false)) out.summary = std::move(value);
-    else if (value.value("check", false)) out.checks.push_back(std::move(value));
-    else out.steps.push_back(std::move(value));
-  }
-  if (out.summary.is_null()) fail("no summary line");
-  return out;
-}
+using dflop::test::run_lines;
 
 double number(const nlohmann::json& line, const char* field) {
   if (!line.contains(field) || !line[field].is_number()) fail(std::string("no finite '") + field + "' in " + line.dump());
@@ -56,7 +40,7 @@ double number(const nlohmann::json& line, const char* field) {
 run_lines run_steps(const command& cmd, std::size_t steps) {
   auto outcome = dflop::test::run_command(cmd);
   if (outcome.status != 0) fail("exit status " + std::to_string(outcome.status) + "\n" + outcome.output);
-  run_lines lines = parse(outcome.output);
+  run_lines lines = dflop::test::parse_run_lines(outcome.output);
   if (lines.steps.size() != steps)
     fail("expected " + std::to_string(steps) + " step lines, got " + std::to_string(lines.steps.size()));
   for (const auto& step : lines.steps) {
