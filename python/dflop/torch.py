@@ -17,6 +17,10 @@ packing seed `seed + e * batches_per_epoch + k`. Every rank computes the same
 schedules (deterministic, milliseconds per batch) and yields its own LLM
 replica's microbatches in execution order, so across ranks each sample of a
 global batch is yielded exactly once.
+
+Samples the plan was made without (`Plan.excluded_samples`: planned with
+`exclude_unfittable=True`, no configuration holds them in memory) are matched by
+id and never drawn (`samples_excluded`): scheduling them would run out of memory.
 """
 
 from typing import Iterator, List, Sequence, Tuple
@@ -56,6 +60,15 @@ class DflopBatchSampler(Sampler):
         if len(self.samples) < plan.global_batch:
             raise ValueError(f"sizes: {len(self.samples)} samples cannot fill the plan's global batch of "
                              f"{plan.global_batch}")
+        excluded = set(plan.excluded_samples)
+        ids = self.samples.ids if excluded else []
+        #: Dataset indices the sampler draws from: all but the plan's excluded samples.
+        self.eligible: List[int] = ([i for i, sample_id in enumerate(ids) if sample_id not in excluded]
+                                    if excluded else list(range(len(self.samples))))
+        if len(self.eligible) < plan.global_batch:
+            raise ValueError(f"sizes: {len(self.eligible)} samples (without the plan's "
+                             f"{len(self.samples) - len(self.eligible)} excluded ones) cannot fill the plan's "
+                             f"global batch of {plan.global_batch}")
         self.rank = rank
         self.seed = seed
         self.shuffle = shuffle
@@ -67,23 +80,28 @@ class DflopBatchSampler(Sampler):
 
     @property
     def batches_per_epoch(self) -> int:
-        """Global batches per epoch: floor(samples / global_batch)."""
-        return len(self.samples) // self.plan.global_batch
+        """Global batches per epoch: floor(drawable samples / global_batch)."""
+        return len(self.eligible) // self.plan.global_batch
 
     @property
     def samples_left_out(self) -> int:
         """Samples of each epoch in no global batch (fewer than global_batch; which ones changes every epoch)."""
-        return len(self.samples) - self.batches_per_epoch * self.plan.global_batch
+        return len(self.eligible) - self.batches_per_epoch * self.plan.global_batch
+
+    @property
+    def samples_excluded(self) -> int:
+        """Dataset items never drawn: the plan's excluded samples (no configuration holds them)."""
+        return len(self.samples) - len(self.eligible)
 
     def global_batch_indices(self) -> List[List[int]]:
         """The dataset indices of each global batch of the current epoch, in draw order."""
-        count = len(self.samples)
+        count = len(self.eligible)
         if self.shuffle:
             generator = torch.Generator()
             generator.manual_seed(self.seed + self.epoch)
-            order = torch.randperm(count, generator=generator).tolist()
+            order = [self.eligible[j] for j in torch.randperm(count, generator=generator).tolist()]
         else:
-            order = list(range(count))
+            order = list(self.eligible)
         size = self.plan.global_batch
         return [order[k * size:(k + 1) * size] for k in range(self.batches_per_epoch)]
 

@@ -137,3 +137,25 @@ def test_bad_sampler_arguments(sizes, plan):
     with pytest.raises(dflop.InputError) as caught:
         DflopBatchSampler(bad, plan, 0)
     assert str(caught.value) == "sizes:42: missing field 'llm_tokens'"
+
+
+def test_the_plans_excluded_samples_are_never_drawn(sizes, plan):
+    giants = [dict(sizes[i], id=f"giant{i}", modality="text", encoder_items=0, encoder_tokens=0,
+                   llm_tokens=10 ** 15) for i in (3, 150)]
+    with_giants = list(sizes[:3]) + [giants[0]] + list(sizes[3:150]) + [giants[1]] + list(sizes[150:])
+    gpus = plan.cluster.gpus
+    excluded_plan = dflop.plan(with_giants, "siglip-400m+qwen2.5-7b", dflop.Cluster(gpus, gpus), global_batch=32,
+                               batches=2, exclude_unfittable=True)
+    assert excluded_plan.excluded_samples == ["giant3", "giant150"]
+    giant_positions = {3, 151}
+    for rank in range(excluded_plan.llm_replicas):
+        sampler = DflopBatchSampler(with_giants, excluded_plan, rank, seed=7)
+        assert sampler.samples_excluded == 2
+        assert sampler.batches_per_epoch == (len(with_giants) - 2) // 32
+        for epoch in (0, 1):
+            sampler.set_epoch(epoch)
+            drawn = [i for microbatch in sampler for i in microbatch]
+            assert drawn and not giant_positions & set(drawn)
+    # Without the exclusion the same workload is refused, naming the samples.
+    with pytest.raises(dflop.InputError, match="giant3"):
+        dflop.plan(with_giants, "siglip-400m+qwen2.5-7b", dflop.Cluster(gpus, gpus), global_batch=32, batches=2)
