@@ -190,6 +190,16 @@ bool report(const options& o, const trainer_inputs& inputs, const std::vector<ru
 
 int run(int argc, char** argv, const options& o) {
   bool mpi = false;
+  // Says why on every rank and, under MPI, stops the others too (exit 2: bad input, 1: a failure).
+  const auto stop = [&mpi](const std::exception& e, int status) {
+    std::cerr << "dflop-torch-trainer: " << e.what() << "\n";
+#if defined(DFLOP_TORCH_TRAINER_WITH_MPI)
+    if (mpi) MPI_Abort(MPI_COMM_WORLD, status);
+#else
+    (void)mpi;
+#endif
+    return status;
+  };
   try {
     validate(o.run.model);
     if (!o.profile_out.empty()) {
@@ -244,17 +254,9 @@ int run(int argc, char** argv, const options& o) {
         o.run.watchdog);
     return report(o, inputs, rank0) ? 0 : 1;
   } catch (const dflop::input_error& e) {
-    std::cerr << "dflop-torch-trainer: " << e.what() << "\n";
-#if defined(DFLOP_TORCH_TRAINER_WITH_MPI)
-    if (mpi) MPI_Abort(MPI_COMM_WORLD, 2);
-#endif
-    return 2;
+    return stop(e, 2);
   } catch (const std::exception& e) {
-    std::cerr << "dflop-torch-trainer: " << e.what() << "\n";
-#if defined(DFLOP_TORCH_TRAINER_WITH_MPI)
-    if (mpi) MPI_Abort(MPI_COMM_WORLD, 1);
-#endif
-    return 1;
+    return stop(e, 1);
   }
 }
 
