@@ -12,14 +12,16 @@
 //! Policies with settings are passed as values (`policies{.schedule = ...}`);
 //! the defaults are default-constructed.
 //!
-//! Each parameter is checked against its concept with a message that says
-//! what the policy is missing.
+//! Each parameter is checked against its concept clause by clause: a policy
+//! that misses one gets a message naming that clause and the signature
+//! expected (detail/concept_diagnostics.hpp).
 #pragma once
 
 #include <dflop/cost/analytic_memory_model.hpp>
 #include <dflop/cost/cost_model.hpp>
 #include <dflop/cost/flops_cost_model.hpp>
 #include <dflop/cost/memory_model.hpp>
+#include <dflop/detail/concept_diagnostics.hpp>
 #include <dflop/exec/plan_runner.hpp>
 #include <dflop/plan/batch_scheduler.hpp>
 #include <dflop/plan/layer_partitioner.hpp>
@@ -38,6 +40,23 @@
 
 namespace dflop {
 
+namespace detail {
+//! `pipeline::planner_type` when a policy misses a clause of its concept: that
+//! clause's static_assert has said what is wrong, and naming `planner<...>`
+//! would only repeat it as a long constraint failure.
+struct invalid_pipeline_policies;
+
+//! `planner<...>` when `Valid`, named only then (see `invalid_pipeline_policies`).
+template <bool Valid, class Cost, class Memory, class Partitioner, class Packer, class Schedule>
+struct pipeline_planner {
+  using type = planner<Cost, Memory, Partitioner, Packer, Schedule>;
+};
+template <class Cost, class Memory, class Partitioner, class Packer, class Schedule>
+struct pipeline_planner<false, Cost, Memory, Partitioner, Packer, Schedule> {
+  using type = invalid_pipeline_policies;
+};
+}  // namespace detail
+
 //! A data-aware training pipeline type: how samples are priced (`CostModel`),
 //! how layers are split into stages (`Partitioner`), how batches are packed
 //! into microbatches (`Packer`), which pipeline schedule runs (`Schedule`), and
@@ -45,29 +64,23 @@ namespace dflop {
 template <class CostModel = flops_cost_model, class Partitioner = min_max_layers, class Packer = refined_packer,
           class Schedule = one_f_one_b, class MemoryModel = analytic_memory_model>
 struct pipeline {
-  static_assert(cost_model<CostModel>,
-                "dflop::pipeline: CostModel must model dflop::cost_model, i.e. have a const member "
-                "`dflop::module_cost estimate_time(dflop::module_kind, int tp, std::span<const dflop::sample>) const`");
-  static_assert(layer_partitioner<Partitioner>,
-                "dflop::pipeline: Partitioner must model dflop::layer_partitioner: default-constructible, with "
-                "`name()` and `dflop::layer_partition partition(std::span<const double> layer_costs, std::size_t stages) const`");
-  static_assert(packer<Packer>,
-                "dflop::pipeline: Packer must model dflop::packer: default-constructible, with a static `name` and "
-                "`void pack(const cost_matrix&, std::size_t bins, const pack_options&, pack_workspace&, packing&) const`");
-  static_assert(schedule<Schedule>,
-                "dflop::pipeline: Schedule must model dflop::schedule: copyable, with `name()` and "
-                "`dflop::pipeline_schedule make(const dflop::schedule_shape&) const`");
-  static_assert(memory_model<MemoryModel>,
-                "dflop::pipeline: MemoryModel must model dflop::memory_model, i.e. have `dflop::memory_breakdown "
-                "estimate_memory(module_kind, int tp, stage_slice, int in_flight, std::span<const sample>) const`");
+  //! Each policy's concept, checked clause by clause: a policy that misses one
+  //! fails a static_assert that names that clause and the signature expected
+  //! (detail/concept_diagnostics.hpp), rather than a bare "constraints not satisfied".
+  static constexpr bool policies_model_their_concepts =
+      detail::diagnose_cost_model<CostModel>() && detail::diagnose_layer_partitioner<Partitioner>() &&
+      detail::diagnose_packer<Packer>() && detail::diagnose_schedule<Schedule>() &&
+      detail::diagnose_memory_model<MemoryModel>();
 
   using cost_model_type = CostModel;       //!< prices microbatches
   using partitioner_type = Partitioner;    //!< splits layers into stages
   using packer_type = Packer;              //!< packs batches into microbatches
   using schedule_type = Schedule;          //!< orders each rank's ops
   using memory_model_type = MemoryModel;   //!< counts bytes per stage
-  //! The planner this pipeline composes.
-  using planner_type = planner<CostModel, MemoryModel, Partitioner, Packer, Schedule>;
+  //! The planner this pipeline composes (with a policy that misses a clause: an
+  //! incomplete placeholder, so that the clause's own message is the only error).
+  using planner_type = typename detail::pipeline_planner<policies_model_their_concepts, CostModel, MemoryModel,
+                                                         Partitioner, Packer, Schedule>::type;
 
   //! The policy values, for policies with settings (e.g. `named_schedule("zb-h1")`).
   struct policies {

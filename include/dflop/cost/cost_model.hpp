@@ -70,6 +70,26 @@ inline std::ostream& operator<<(std::ostream& out, const module_cost& cost) {
              << "}";
 }
 
+//! The clauses of `cost_model`, named so that a diagnostic can say which one a
+//! type misses (detail/concept_diagnostics.hpp); `cost_model` is their conjunction.
+namespace concept_clauses {
+//! `estimate_time(kind, tp, microbatch)` can be called on a *const* model
+//! (a missing member, a non-const one and wrong parameters all fail here).
+template <class Model>
+concept cost_model_estimate_time_callable =
+    requires(const Model& model, module_kind kind, int tp, std::span<const sample> microbatch) {
+      model.estimate_time(kind, tp, microbatch);
+    };
+
+//! ... and returns exactly `module_cost` (not something convertible: the
+//! planner adds and scales the parts).
+template <class Model>
+concept cost_model_estimate_time_returns_module_cost =
+    requires(const Model& model, module_kind kind, int tp, std::span<const sample> microbatch) {
+      { model.estimate_time(kind, tp, microbatch) } -> std::same_as<module_cost>;
+    };
+}  // namespace concept_clauses
+
 //! A cost model prices one microbatch (its samples, packed: variable-length
 //! attention, no padding) in one module at TP degree `tp` (times are per GPU
 //! of the TP group, TP communication included). Satisfied by
@@ -79,9 +99,8 @@ inline std::ostream& operator<<(std::ostream& out, const module_cost& cost) {
 //!
 //! An empty microbatch (or, for the encoder, one of text samples only) costs 0.
 template <class Model>
-concept cost_model = requires(const Model& model, module_kind kind, int tp, std::span<const sample> microbatch) {
-  { model.estimate_time(kind, tp, microbatch) } -> std::same_as<module_cost>;
-};
+concept cost_model = concept_clauses::cost_model_estimate_time_callable<Model> &&
+                     concept_clauses::cost_model_estimate_time_returns_module_cost<Model>;
 
 //! The `estimate_time` of a model that prices each part from the microbatch's
 //! shape (`model.estimate_part(piece, tp, shape)`): every shipped cost model.

@@ -37,6 +37,27 @@ inline std::ostream& operator<<(std::ostream& out, const memory_breakdown& memor
              << ", total=" << memory.total() << "}";
 }
 
+//! The clauses of `memory_model`, named so that a diagnostic can say which one
+//! a type misses (detail/concept_diagnostics.hpp); `memory_model` is their conjunction.
+namespace concept_clauses {
+//! `estimate_memory(kind, tp, slice, in_flight, microbatch)` can be called on a
+//! *const* model (a missing member, a non-const one and wrong parameters all fail here).
+template <class Model>
+concept memory_model_estimate_memory_callable = requires(const Model& model, module_kind kind, int tp,
+                                                         stage_slice slice, int in_flight,
+                                                         std::span<const sample> microbatch) {
+  model.estimate_memory(kind, tp, slice, in_flight, microbatch);
+};
+
+//! ... and returns exactly `memory_breakdown`.
+template <class Model>
+concept memory_model_estimate_memory_returns_breakdown = requires(const Model& model, module_kind kind, int tp,
+                                                                  stage_slice slice, int in_flight,
+                                                                  std::span<const sample> microbatch) {
+  { model.estimate_memory(kind, tp, slice, in_flight, microbatch) } -> std::same_as<memory_breakdown>;
+};
+}  // namespace concept_clauses
+
 //! A memory model says what one GPU of a stage needs when the stage holds
 //! `slice` of module `kind` at TP degree `tp` and keeps `in_flight` microbatches
 //! like `microbatch` alive (1F1B: stage s of S holds up to S - s). Satisfied by
@@ -50,10 +71,8 @@ inline std::ostream& operator<<(std::ostream& out, const memory_breakdown& memor
 //!     memory_breakdown estimate_memory(module_kind kind, int tp, stage_slice slice, int in_flight,
 //!                                      std::span<const sample> microbatch) const;
 template <class Model>
-concept memory_model = requires(const Model& model, module_kind kind, int tp, stage_slice slice, int in_flight,
-                                std::span<const sample> microbatch) {
-  { model.estimate_memory(kind, tp, slice, in_flight, microbatch) } -> std::same_as<memory_breakdown>;
-};
+concept memory_model = concept_clauses::memory_model_estimate_memory_callable<Model> &&
+                       concept_clauses::memory_model_estimate_memory_returns_breakdown<Model>;
 
 //! Memory-saving techniques a plan may turn on per module, trading time or
 //! communication for bytes: the planner tries them on configurations that do

@@ -14,13 +14,42 @@
 
 namespace dflop {
 
+//! The clauses of `layer_partitioner`, named so that a diagnostic can say which
+//! one a type misses (detail/concept_diagnostics.hpp); `layer_partitioner` is
+//! their conjunction.
+namespace concept_clauses {
+//! Default-constructible and copyable: the planner makes and copies policies.
+template <class P>
+concept layer_partitioner_semiregular = std::semiregular<P>;
+
+//! `name()` on a const policy, convertible to `std::string_view` (reports use it).
+template <class P>
+concept layer_partitioner_name = requires(const P& policy) {
+  { policy.name() } -> std::convertible_to<std::string_view>;
+};
+
+//! `partition(costs, stages)` can be called on a *const* policy with a
+//! `std::span<const double>` and a `std::size_t`.
+template <class P>
+concept layer_partitioner_partition_callable = requires(const P& policy, std::span<const double> costs,
+                                                        std::size_t stages) {
+  policy.partition(costs, stages);
+};
+
+//! ... and returns exactly `layer_partition`.
+template <class P>
+concept layer_partitioner_partition_returns_layer_partition =
+    requires(const P& policy, std::span<const double> costs, std::size_t stages) {
+      { policy.partition(costs, stages) } -> std::same_as<layer_partition>;
+    };
+}  // namespace concept_clauses
+
 //! A policy with `name()` and `partition(layer_costs, stages) -> layer_partition`.
 template <class P>
-concept layer_partitioner = std::semiregular<P> && requires(const P& policy, std::span<const double> costs,
-                                                            std::size_t stages) {
-  { policy.name() } -> std::convertible_to<std::string_view>;
-  { policy.partition(costs, stages) } -> std::same_as<layer_partition>;
-};
+concept layer_partitioner = concept_clauses::layer_partitioner_semiregular<P> &&
+                            concept_clauses::layer_partitioner_name<P> &&
+                            concept_clauses::layer_partitioner_partition_callable<P> &&
+                            concept_clauses::layer_partitioner_partition_returns_layer_partition<P>;
 
 //! dflop's default: the exact min-max contiguous split (`partition_layers`).
 struct min_max_layers {

@@ -13,14 +13,37 @@
 
 namespace dflop {
 
+//! The clauses of `schedule`, named so that a diagnostic can say which one a
+//! type misses (detail/concept_diagnostics.hpp); `schedule` is their conjunction.
+namespace concept_clauses {
+//! Copyable: plans and runners keep their own copy of the policy.
+template <class T>
+concept schedule_copyable = std::copyable<T>;
+
+//! `name()` on a const policy, convertible to `std::string_view` (plans record it).
+template <class T>
+concept schedule_name = requires(const T& policy) {
+  { policy.name() } -> std::convertible_to<std::string_view>;
+};
+
+//! `make(shape)` can be called on a *const* policy with a `schedule_shape`.
+template <class T>
+concept schedule_make_callable = requires(const T& policy, const schedule_shape& shape) { policy.make(shape); };
+
+//! ... and returns exactly `pipeline_schedule`.
+template <class T>
+concept schedule_make_returns_pipeline_schedule = requires(const T& policy, const schedule_shape& shape) {
+  { policy.make(shape) } -> std::same_as<pipeline_schedule>;
+};
+}  // namespace concept_clauses
+
 //! A schedule policy: `name()` for reports and `make(shape)` building the op lists
 //! for `shape.stages` ranks and `shape.microbatches` microbatches (throwing
 //! `schedule_error` for a shape it cannot serve).
 template <class T>
-concept schedule = std::copyable<T> && requires(const T& policy, const schedule_shape& shape) {
-  { policy.name() } -> std::convertible_to<std::string_view>;
-  { policy.make(shape) } -> std::same_as<pipeline_schedule>;
-};
+concept schedule = concept_clauses::schedule_copyable<T> && concept_clauses::schedule_name<T> &&
+                   concept_clauses::schedule_make_callable<T> &&
+                   concept_clauses::schedule_make_returns_pipeline_schedule<T>;
 
 namespace detail {
 inline void require_positive_shape(const schedule_shape& shape, std::string_view policy) {

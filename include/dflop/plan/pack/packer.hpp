@@ -17,18 +17,45 @@
 
 namespace dflop {
 
+//! The clauses of `packer`, named so that a diagnostic can say which one a type
+//! misses (detail/concept_diagnostics.hpp); `packer` is their conjunction.
+namespace concept_clauses {
+//! Default-constructible and copyable: the planner makes and copies policies.
+template <class P>
+concept packer_semiregular = std::semiregular<P>;
+
+//! `P::name` convertible to `std::string_view`: a static data member such as
+//! `static constexpr std::string_view name = "mine";` (a `name()` function fails).
+template <class P>
+concept packer_static_name = requires {
+  { P::name } -> std::convertible_to<std::string_view>;
+};
+
+//! `pack(costs, bins, options, workspace, result)` can be called on a *const*
+//! policy with those five argument types.
+template <class P>
+concept packer_pack_callable = requires(const P& policy, const cost_matrix& costs, std::size_t bins,
+                                        const pack_options& options, pack_workspace& workspace, packing& result) {
+  policy.pack(costs, bins, options, workspace, result);
+};
+
+//! ... and returns `void`: it fills `result` in place, reusing its memory.
+template <class P>
+concept packer_pack_returns_void = requires(const P& policy, const cost_matrix& costs, std::size_t bins,
+                                            const pack_options& options, pack_workspace& workspace,
+                                            packing& result) {
+  { policy.pack(costs, bins, options, workspace, result) } -> std::same_as<void>;
+};
+}  // namespace concept_clauses
+
 //! A packing policy. `p.pack(costs, K, options, workspace, result)` fills
 //! `result` (reusing its memory) with a packing of every sample into exactly one
 //! of K bins, none empty; throws `input_error` when N < K and `infeasible_error`
 //! when the caps cannot be met. Same inputs and seed: same result. `P::name` is
 //! the name tools and reports use.
 template <class P>
-concept packer = std::semiregular<P> &&
-    requires(const P& policy, const cost_matrix& costs, std::size_t bins, const pack_options& options,
-             pack_workspace& workspace, packing& result) {
-      { P::name } -> std::convertible_to<std::string_view>;
-      { policy.pack(costs, bins, options, workspace, result) } -> std::same_as<void>;
-    };
+concept packer = concept_clauses::packer_semiregular<P> && concept_clauses::packer_static_name<P> &&
+                 concept_clauses::packer_pack_callable<P> && concept_clauses::packer_pack_returns_void<P>;
 
 //! Packs with `policy`, reusing `workspace`; returns the packing.
 template <packer P>
