@@ -13,6 +13,8 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -200,4 +202,26 @@ TEST_CASE("schedule rejects a hand-edited plan that cannot run with exit status 
   const auto missing = run_cli("schedule --plan /nonexistent/plan.json", "schedule_missing");
   CHECK(missing.exit_code == 2);
   CHECK_THAT(missing.err, Catch::Contains("/nonexistent/plan.json: cannot open file for reading"));
+}
+
+TEST_CASE("schedule keeps the plan's memory budget: a batch it cannot fit stops with its samples named",
+          "[schedule][cli][memory]") {
+  const nlohmann::json& plan = saved_plan();
+  CHECK(plan["batch"]["memory_budget_bytes"].get<std::int64_t>() == static_cast<std::int64_t>(80.0 * 0.9 * (1 << 30)));
+  CHECK(plan["memory_cap"]["batches"] == 128);
+  // A budget a few bytes above the weights and optimizer states: no sample fits.
+  const auto starved = schedule_edited(
+      [](nlohmann::json& edited) {
+        std::int64_t fixed = 0;
+        for (const auto& stage : edited["memory_gib"]) {
+          const auto& bytes = stage["bytes"];
+          fixed = std::max(fixed, bytes["parameters"].get<std::int64_t>() + bytes["gradients"].get<std::int64_t>() +
+                                      bytes["optimizer_states"].get<std::int64_t>());
+        }
+        edited["batch"]["memory_budget_bytes"] = fixed + 1024;
+      },
+      "schedule_starved");
+  CHECK(starved.exit_code == 1);
+  CHECK_THAT(starved.err, Catch::Contains("cannot fit in memory even alone") && Catch::Contains("budget per GPU"));
+  CHECK(starved.out.find("batch 0") == std::string::npos);  // the header, no batch
 }

@@ -30,7 +30,8 @@ inline std::vector<sample> small_workload(std::size_t count = 400, std::uint64_t
 }
 
 //! `base` with its chosen configuration replaced by `encoder`, `llm` and
-//! `microbatches` (layers split evenly, the cluster sized to it, no baselines):
+//! `microbatches` (layers split evenly, the cluster sized to it, no baselines,
+//! no memory budget):
 //! a hand-set configuration for running tests of shapes a planner may not pick.
 inline plan with_configuration(plan base, module_parallelism encoder, module_parallelism llm, int microbatches) {
   const auto split = [](module_parallelism degrees, std::int64_t layers) {
@@ -43,6 +44,8 @@ inline plan with_configuration(plan base, module_parallelism encoder, module_par
   base.chosen.llm = split(llm, base.model_spec.llm.layers);
   base.cluster.gpus = base.chosen.config.gpus();
   base.baselines.clear();
+  // The planner never checked this configuration against memory: no cap.
+  base.batch.memory_budget_bytes = 0;
   return base;
 }
 

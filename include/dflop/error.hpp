@@ -80,4 +80,26 @@ public:
   using error::error;
 };
 
+//! A global batch that cannot be packed so that every microbatch fits the
+//! plan's memory budget: `what()` names the samples involved and the stage;
+//! `sample_ids()` holds them, `excess_bytes()` says by how much the best
+//! packing found missed (the planner reports its closest miss with it).
+class memory_cap_error : public infeasible_error {
+public:
+  //! \param reason what does not fit, where, by how much
+  //! \param sample_ids the samples of the microbatches over the budget, heaviest first
+  //! \param excess_bytes bytes over the budget on the fullest stage
+  memory_cap_error(const std::string& reason, std::vector<std::string> sample_ids, double excess_bytes)
+      : infeasible_error(reason), sample_ids_(std::move(sample_ids)), excess_bytes_(excess_bytes) {}
+
+  //! The samples of the microbatches over the budget, heaviest first.
+  [[nodiscard]] const std::vector<std::string>& sample_ids() const noexcept { return sample_ids_; }
+  //! Bytes over the budget on the fullest stage of the best packing found.
+  [[nodiscard]] double excess_bytes() const noexcept { return excess_bytes_; }
+
+private:
+  std::vector<std::string> sample_ids_;
+  double excess_bytes_;
+};
+
 }  // namespace dflop

@@ -129,6 +129,22 @@ inline void add_plan_bindings(py::module_& module) {
                     "Ids of the workload's samples the plan was made without (exclude_unfittable=True): no "
                     "configuration holds them in memory even alone in a microbatch.")
       .def_property_readonly(
+          "memory_budget_bytes", [](const plan& p) { return p.batch.memory_budget_bytes; },
+          "Bytes one GPU may hold: no microbatch schedule_batch returns needs more on any stage (0: no cap).")
+      .def_property_readonly(
+          "memory_cap",
+          [](const plan& p) {
+            py::dict estimate;
+            estimate["batches"] = p.memory_cap.batches;
+            estimate["capped"] = p.memory_cap.capped;
+            estimate["infeasible"] = p.memory_cap.infeasible;
+            estimate["capped_probability"] = p.memory_cap.capped_probability();
+            estimate["infeasible_probability"] = p.memory_cap.infeasible_probability();
+            return estimate;
+          },
+          "How often the memory budget acted on fresh batches: batches, capped (packed again within it), "
+          "infeasible (schedule_batch raises InfeasibleError), and the two probabilities.")
+      .def_property_readonly(
           "config", [](const plan& p) { return detail::to_python(config_json(p.chosen, p.schedule)); },
           "The chosen configuration as in the plan file: encoder and llm (tp, pp, dp, recompute, "
           "distributed_optimizer, layers), microbatches, schedule.")
@@ -212,6 +228,8 @@ inline void add_plan_bindings(py::module_& module) {
       .def_readonly("predicted_seconds", &batch_schedule::predicted_seconds, "Simulated iteration time of this batch.")
       .def_readonly("packing_makespan", &batch_schedule::packing_makespan, "The packer's objective (max bin load).")
       .def_readonly("packing_lower_bound", &batch_schedule::packing_lower_bound, "Its certified lower bound.")
+      .def_readonly("memory_capped", &batch_schedule::memory_capped,
+                    "Whether the plan's memory budget changed this batch (packed or split again within it).")
       .def_property_readonly("microbatches", [](const batch_schedule& b) { return b.config.microbatches; },
                              "Microbatches (slots) per replica.")
       .def_property_readonly("llm_replicas", [](const batch_schedule& b) { return b.config.llm.dp; },

@@ -121,3 +121,16 @@ def test_unfittable_samples_raise_input_error_or_are_excluded_as_the_cli_does(cl
                         "--exclude-unfittable", tmp_path / "excluded.txt")
     assert without_timings(plan.to_dict()) == without_timings(expected)
     assert (tmp_path / "excluded.txt").read_text() == "giant\n"
+
+
+def test_the_memory_budget_and_its_estimate_are_the_plan_files(cli_json, small_trace):
+    path, samples = small_trace
+    cluster = dflop.Cluster(16, 8, "h100-80gb")
+    plan = dflop.plan(samples, "siglip-400m+qwen2.5-7b", cluster, global_batch=64, batches=2)
+    expected = cli_json("plan", "--workload", path, "--gpus", 16, "--global-batch", 64, "--batches", 2)
+    assert plan.memory_budget_bytes == expected["batch"]["memory_budget_bytes"] == int(80 * 2 ** 30 * 0.9)
+    assert plan.memory_cap == expected["memory_cap"]
+    assert plan.memory_cap["batches"] == 128
+    assert 0 <= plan.memory_cap["infeasible"] <= plan.memory_cap["capped"] <= plan.memory_cap["batches"]
+    scheduled = plan.schedule_batch(samples.to_records()[:64], seed=3)
+    assert isinstance(scheduled.memory_capped, bool)

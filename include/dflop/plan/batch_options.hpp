@@ -54,15 +54,23 @@ struct batch_options {
   //! Fraction of a split backward that is weight-gradient work (ZB schedules):
   //! in a linear layer the input and weight gradients cost the same.
   double weight_gradient_share = 0.5;
+  //! Bytes one GPU may hold (0: no cap). Every microbatch `schedule_batch`
+  //! returns then fits: priced by the memory model as each of the schedule's
+  //! in-flight microbatches of its stage, no stage of its module needs more.
+  //! The planner sets it to the GPU's memory less `planner_options::memory_headroom`.
+  std::int64_t memory_budget_bytes = 0;
 
   friend bool operator==(const batch_options&, const batch_options&) = default;
 };
 
 //! `options` as the baselines run batches: the reference system's round-robin
-//! bins-to-slots rule and slots in arrival order (no dflop ordering).
+//! bins-to-slots rule, slots in arrival order (no dflop ordering) and no memory
+//! cap (they pack blind to memory; their plans' `fits_memory` says whether the
+//! tail microbatches fit).
 [[nodiscard]] constexpr batch_options as_baselines_run(batch_options options) noexcept {
   options.assignment = slot_assignment::round_robin;
   options.order = order_policy::identity;
+  options.memory_budget_bytes = 0;
   return options;
 }
 

@@ -28,6 +28,10 @@ struct batch_schedule {
   double predicted_seconds = 0;           //!< simulated iteration time in `slot_order`
   double packing_makespan = 0;            //!< the packer's objective (max bin load)
   double packing_lower_bound = 0;         //!< its certified lower bound
+  //! The memory budget (`batch_options::memory_budget_bytes`) changed this
+  //! batch: the packer's first packing or an encoder split had a microbatch
+  //! over it, and the batch was packed or split again within it.
+  bool memory_capped = false;
 
   //! Samples of LLM replica `replica`, slot `slot`.
   [[nodiscard]] const std::vector<std::uint32_t>& llm_microbatch(int replica, int slot) const {

@@ -10,6 +10,13 @@
 //! LLM-only pipeline. Its samples are priced and packed on the LLM alone (the cost
 //! model is never asked about an encoder), and its schedules have no encoder
 //! parts, encoder costs or hand-offs: what the multimodal executor runs LLM-only.
+//!
+//! With a memory budget (`batch_options::memory_budget_bytes`) no microbatch it
+//! returns needs more than the budget on any stage (see memory_cap.hpp): an LLM
+//! bin over it makes the packer pack again with memory as per-bin caps, an
+//! encoder part over it makes that slot's split place each sample where it
+//! fits, and a batch that cannot be made to fit raises `memory_cap_error`
+//! naming its samples.
 #pragma once
 
 #include <dflop/cost/cost_model.hpp>
@@ -18,6 +25,7 @@
 #include <dflop/model/multimodal_spec.hpp>
 #include <dflop/plan/batch_options.hpp>
 #include <dflop/plan/batch_schedule.hpp>
+#include <dflop/plan/memory_cap.hpp>
 #include <dflop/plan/pack/cost_matrix.hpp>
 #include <dflop/plan/pack/packer.hpp>
 #include <dflop/plan/plan_layout.hpp>
@@ -29,8 +37,10 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <sstream>
+#include <string>
 #include <vector>
 
 namespace dflop {
@@ -55,10 +65,11 @@ public:
                         std::to_string(batch.size()) + " samples cannot fill " + std::to_string(bins) +
                             " microbatches (LLM replicas x microbatches); every microbatch needs a sample");
     out.config = config;
+    start_batch(layout, options);
     price_samples(layout, batch);
-    pack_bins(bins, options);
+    pack_bins(batch, bins, options);
     if (options.assignment != slot_assignment::best_simulated) {
-      finish(layout, batch, options, options.assignment, out);
+      if (!finish(layout, batch, options, options.assignment, out)) throw_encoder_failure();
       return;
     }
     // Both rules, each ordered and simulated; the faster one is kept. Neither
@@ -66,11 +77,14 @@ public:
     // slots without encoder work let LLM replicas run without waiting on it.
     // The costly NEH order is spent on the rule that wins with Johnson's order
     // only (NEH starts from Johnson's order, so it can only improve on it).
+    // Under a memory budget a rule whose encoder parts cannot fit is out.
     batch_options screening = options;
     if (options.order == order_policy::neh) screening.order = order_policy::johnson;
-    finish(layout, batch, screening, slot_assignment::balanced, out);
-    finish(layout, batch, screening, slot_assignment::round_robin, alternative_);
-    const bool round_robin_wins = alternative_.predicted_seconds < out.predicted_seconds;
+    const bool balanced_fits = finish(layout, batch, screening, slot_assignment::balanced, out);
+    const bool round_robin_fits = finish(layout, batch, screening, slot_assignment::round_robin, alternative_);
+    if (!balanced_fits && !round_robin_fits) throw_encoder_failure();
+    const bool round_robin_wins =
+        round_robin_fits && (!balanced_fits || alternative_.predicted_seconds < out.predicted_seconds);
     if (screening.order != options.order)
       finish(layout, batch, options, round_robin_wins ? slot_assignment::round_robin : slot_assignment::balanced, out);
     else if (round_robin_wins)
@@ -85,10 +99,11 @@ public:
     if (options.assignment == slot_assignment::best_simulated)
       throw error("assign_only: best_simulated needs simulations; name one assignment rule");
     out.config = layout.config;
+    start_batch(layout, options);
     price_samples(layout, batch);
-    pack_bins(static_cast<std::size_t>(layout.config.bins()), options);
+    pack_bins(batch, static_cast<std::size_t>(layout.config.bins()), options);
     assign_slots(layout.config, options.assignment, out);
-    split_encoder_work(layout.config, out);
+    if (!split_encoder_work(layout.config, batch, out)) throw_encoder_failure();
   }
 
   //! Prices and simulates `out` as it stands (its microbatches, encoder parts and
@@ -118,13 +133,34 @@ public:
   }
 
 private:
-  void finish(const plan_layout& layout, std::span<const sample> batch, const batch_options& options,
+  // Assigns, splits, prices, orders and simulates; false (nothing priced) when
+  // the encoder parts of this assignment cannot fit the memory budget.
+  bool finish(const plan_layout& layout, std::span<const sample> batch, const batch_options& options,
               slot_assignment assignment, batch_schedule& out) {
     out.config = layout.config;
     assign_slots(layout.config, assignment, out);
-    split_encoder_work(layout.config, out);
+    if (!split_encoder_work(layout.config, batch, out)) return false;
     fill_costs(layout, batch, options, out);
     order_and_simulate(layout, options, out);
+    return true;
+  }
+
+  // Per batch: the memory cap of this layout (none without a budget), no failure yet.
+  void start_batch(const plan_layout& layout, const batch_options& options) {
+    if (options.memory_budget_bytes < 0)
+      throw input_error("memory_budget_bytes", 0,
+                        "must be >= 0 (0: no cap), got " + std::to_string(options.memory_budget_bytes));
+    cap_.reset();
+    if (options.memory_budget_bytes > 0) cap_.emplace(*memory_, layout, options.memory_budget_bytes);
+    encoder_failure_.reset();
+    config_ = layout.config;
+  }
+
+  // The configuration in words, for messages.
+  [[nodiscard]] std::string config_text() const {
+    std::ostringstream text;
+    text << config_;
+    return text.str();
   }
 
   // Per-sample 2-D costs in comparable units: a bin's LLM stage time, and its
@@ -148,13 +184,111 @@ private:
     }
   }
 
-  void pack_bins(std::size_t bins, const batch_options& options) {
+  void pack_bins(std::span<const sample> batch, std::size_t bins, const batch_options& options) {
     const std::size_t samples = sample_costs_.size() / 2;
     matrix_ = cost_matrix(samples, 2, std::move(sample_costs_));
     pack_options pack_settings;
     pack_settings.seed = options.seed;
     packer_.pack(matrix_, bins, pack_settings, workspace_, packing_);
+    llm_capped_ = false;
+    if (cap_ && !llm_bins_fit(batch)) {
+      // Rare (a tail batch): pack again with memory as per-bin caps.
+      repack_within_cap(batch, bins, pack_settings);
+      llm_capped_ = true;
+    }
     sample_costs_ = std::move(matrix_).release_values();
+  }
+
+  // Whether every LLM bin fits the cap; notes the bins that do not in `over_bins_`.
+  bool llm_bins_fit(std::span<const sample> batch) {
+    over_bins_.clear();
+    worst_excess_ = memory_excess{};
+    for (std::size_t bin = 0; bin < packing_.bin_count(); ++bin) {
+      gathered_.clear();
+      for (std::size_t i : packing_.bin(bin)) gathered_.push_back(batch[i]);
+      const memory_excess excess = cap_->excess(module_kind::llm, gathered_);
+      if (excess.fits()) continue;
+      over_bins_.push_back(bin);
+      if (excess.bytes > worst_excess_.bytes) worst_excess_ = excess;
+    }
+    return over_bins_.empty();
+  }
+
+  // Packs again with each sample's bytes per LLM stage as additive caps. Throws
+  // `memory_cap_error` naming the samples: those that cannot fit even alone, or
+  // those of the bins over the budget when no packing within the caps is found.
+  void repack_within_cap(std::span<const sample> batch, std::size_t bins, pack_options settings) {
+    // The over-budget bins' samples, heaviest first: what an error names.
+    std::vector<std::uint32_t> involved;
+    for (std::size_t bin : over_bins_)
+      for (std::size_t i : packing_.bin(bin)) involved.push_back(static_cast<std::uint32_t>(i));
+    std::stable_sort(involved.begin(), involved.end(),
+                     [&](std::uint32_t a, std::uint32_t b) { return batch[a].llm_tokens > batch[b].llm_tokens; });
+    const memory_excess uncapped = worst_excess_;
+
+    std::vector<std::uint32_t> alone;
+    memory_excess alone_worst;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const memory_excess excess = cap_->excess(module_kind::llm, batch.subspan(i, 1));
+      if (excess.fits()) continue;
+      alone.push_back(static_cast<std::uint32_t>(i));
+      if (excess.bytes > alone_worst.bytes) alone_worst = excess;
+    }
+    if (!alone.empty())
+      throw cap_error(batch, alone, alone_worst, module_kind::llm,
+                      " cannot fit in memory even alone in an LLM microbatch of " + config_text());
+
+    // Exact caps first; if the model's rounding leaves a bin a few bytes over,
+    // caps with a margin per sample.
+    for (const bool margin : {false, true}) {
+      cap_->llm_caps(batch, caps_, margin);
+      settings.caps = &caps_;
+      try {
+        packer_.pack(matrix_, bins, settings, workspace_, packing_);
+      } catch (const infeasible_error&) {
+        throw cap_error(batch, involved, uncapped, module_kind::llm,
+                        " fill LLM microbatches over the memory budget, and " + std::string(Packer::name) +
+                            " found no packing of the batch into " + std::to_string(bins) +
+                            " microbatches that keeps every one within it (" + config_text() + ")");
+      }
+      if (llm_bins_fit(batch)) return;
+    }
+    throw cap_error(batch, involved, worst_excess_, module_kind::llm,
+                    " fill LLM microbatches over the memory budget, and packing them with each sample's bytes "
+                    "as additive caps did not bring every microbatch within it: the memory model is not "
+                    "additive over samples (" + config_text() + ")");
+  }
+
+  // A `memory_cap_error` naming the first ten of `samples` (indices into `batch`) and the stage.
+  memory_cap_error cap_error(std::span<const sample> batch, std::span<const std::uint32_t> samples,
+                             const memory_excess& excess, module_kind kind, const std::string& what) const {
+    std::vector<std::string> ids;
+    std::string text = std::to_string(samples.size()) + " sample" + (samples.size() == 1 ? "" : "s") + " (";
+    for (std::size_t k = 0; k < samples.size(); ++k) {
+      const sample& s = batch[samples[k]];
+      ids.push_back(s.id);
+      if (k < 10)
+        text += (k > 0 ? ", " : "") + s.id + ": " + std::to_string(s.encoder_tokens) + " encoder, " +
+                std::to_string(s.llm_tokens) + " LLM tokens";
+    }
+    if (samples.size() > 10) text += ", and " + std::to_string(samples.size() - 10) + " more";
+    text += ")" + what + "; the fullest, " + std::string(to_string(kind)) + " stage " + std::to_string(excess.stage) +
+            ", needs " + gib_text(static_cast<double>(excess.needed)) + " GiB of a " +
+            gib_text(static_cast<double>(cap_->budget())) + " GiB budget per GPU";
+    return memory_cap_error(text, std::move(ids), excess.bytes);
+  }
+
+  static std::string gib_text(double bytes) {
+    std::ostringstream text;
+    text.setf(std::ios::fixed);
+    text.precision(2);
+    text << bytes / (1 << 30);
+    return text.str();
+  }
+
+  [[noreturn]] void throw_encoder_failure() const {
+    if (encoder_failure_) throw *encoder_failure_;
+    throw error("batch_scheduler: an encoder split failed without a recorded reason");
   }
 
   void assign_slots(const parallel_config& c, slot_assignment assignment, batch_schedule& out) {
@@ -214,34 +348,147 @@ private:
     }
     out.packing_makespan = packing_.makespan;
     out.packing_lower_bound = packing_.lower_bound;
+    out.memory_capped = llm_capped_;
   }
 
   // Each slot's samples with encoder work, heaviest first, to the least-loaded
   // encoder replica. Without an encoder there are no parts (zero encoder replicas).
-  void split_encoder_work(const parallel_config& c, batch_schedule& out) {
+  // Under a memory cap a slot with a part over it is split again, each sample to
+  // the least-loaded replica where it still fits; when some sample fits on none,
+  // one of the slot's LLM microbatches trades slots with one of the same replica
+  // (lightest encoder work first) so that both slots fit. False (the failure
+  // recorded) when no such trade is found.
+  bool split_encoder_work(const parallel_config& c, std::span<const sample> batch, batch_schedule& out) {
     const auto m = static_cast<std::size_t>(c.microbatches);
     const auto encoder_replicas = c.has_encoder() ? static_cast<std::size_t>(c.encoder.dp) : 0;
     out.encoder_parts.resize(encoder_replicas * m);
-    if (encoder_replicas == 0) return;
+    if (encoder_replicas == 0) return true;
     for (auto& part : out.encoder_parts) part.clear();
     encoder_load_.resize(encoder_replicas);
+    std::optional<memory_cap_error> first_failure;
     for (std::size_t k = 0; k < m; ++k) {
-      slot_samples_.clear();
-      for (std::size_t r = 0; r < static_cast<std::size_t>(c.llm.dp); ++r)
-        for (std::uint32_t i : out.llm_microbatches[r * m + k])
-          if (encoder_cost_[i] > 0) slot_samples_.push_back(i);
-      std::stable_sort(slot_samples_.begin(), slot_samples_.end(),
-                       [&](std::uint32_t a, std::uint32_t b) { return encoder_cost_[a] > encoder_cost_[b]; });
-      std::fill(encoder_load_.begin(), encoder_load_.end(), 0.0);
-      for (std::uint32_t i : slot_samples_) {
-        const auto lightest = static_cast<std::size_t>(
-            std::min_element(encoder_load_.begin(), encoder_load_.end()) - encoder_load_.begin());
-        encoder_load_[lightest] += encoder_cost_[i];
-        out.encoder_parts[lightest * m + k].push_back(i);
+      if (split_slot(c, batch, k, out)) continue;
+      if (!first_failure) first_failure = std::move(slot_failure_);
+      if (!trade_for_fit(c, batch, k, out)) {
+        encoder_failure_ = std::move(first_failure);
+        return false;
       }
-      for (std::size_t e = 0; e < encoder_replicas; ++e)
-        std::sort(out.encoder_parts[e * m + k].begin(), out.encoder_parts[e * m + k].end());
     }
+    return true;
+  }
+
+  // Splits slot k's encoder samples over the encoder replicas (see split_encoder_work).
+  bool split_slot(const parallel_config& c, std::span<const sample> batch, std::size_t k, batch_schedule& out) {
+    const auto m = static_cast<std::size_t>(c.microbatches);
+    const auto replicas = static_cast<std::size_t>(c.encoder.dp);
+    slot_samples_.clear();
+    for (std::size_t r = 0; r < static_cast<std::size_t>(c.llm.dp); ++r)
+      for (std::uint32_t i : out.llm_microbatches[r * m + k])
+        if (encoder_cost_[i] > 0) slot_samples_.push_back(i);
+    std::stable_sort(slot_samples_.begin(), slot_samples_.end(),
+                     [&](std::uint32_t a, std::uint32_t b) { return encoder_cost_[a] > encoder_cost_[b]; });
+    for (std::size_t e = 0; e < replicas; ++e) out.encoder_parts[e * m + k].clear();
+    std::fill(encoder_load_.begin(), encoder_load_.end(), 0.0);
+    for (std::uint32_t i : slot_samples_) {
+      const auto lightest = static_cast<std::size_t>(
+          std::min_element(encoder_load_.begin(), encoder_load_.end()) - encoder_load_.begin());
+      encoder_load_[lightest] += encoder_cost_[i];
+      out.encoder_parts[lightest * m + k].push_back(i);
+    }
+    if (cap_ && !encoder_slot_fits(batch, replicas, m, k, out)) {
+      if (!split_slot_within_cap(batch, replicas, m, k, out)) return false;
+      out.memory_capped = true;
+    }
+    for (std::size_t e = 0; e < replicas; ++e)
+      std::sort(out.encoder_parts[e * m + k].begin(), out.encoder_parts[e * m + k].end());
+    return true;
+  }
+
+  // Slot k cannot be split within the cap: trade one of its LLM microbatches
+  // (most encoder work first) with the same replica's microbatch of another slot
+  // (least encoder work first) until both slots split within it. The trade
+  // keeps each replica's microbatches, only their slots change.
+  bool trade_for_fit(const parallel_config& c, std::span<const sample> batch, std::size_t k, batch_schedule& out) {
+    const auto m = static_cast<std::size_t>(c.microbatches);
+    const auto replicas = static_cast<std::size_t>(c.llm.dp);
+    const auto encoder_work = [&](const std::vector<std::uint32_t>& members) {
+      double work = 0;
+      for (std::uint32_t i : members) work += encoder_cost_[i];
+      return work;
+    };
+    std::vector<std::size_t> own(replicas), others;
+    std::iota(own.begin(), own.end(), std::size_t{0});
+    std::stable_sort(own.begin(), own.end(), [&](std::size_t a, std::size_t b) {
+      return encoder_work(out.llm_microbatches[a * m + k]) > encoder_work(out.llm_microbatches[b * m + k]);
+    });
+    std::vector<double> slot_work(m, 0.0);
+    for (std::size_t slot = 0; slot < m; ++slot)
+      for (std::size_t r = 0; r < replicas; ++r) slot_work[slot] += encoder_work(out.llm_microbatches[r * m + slot]);
+    for (std::size_t slot = 0; slot < m; ++slot)
+      if (slot != k) others.push_back(slot);
+    std::stable_sort(others.begin(), others.end(),
+                     [&](std::size_t a, std::size_t b) { return slot_work[a] < slot_work[b]; });
+    for (std::size_t r : own)
+      for (std::size_t other : others) {
+        std::swap(out.llm_microbatches[r * m + k], out.llm_microbatches[r * m + other]);
+        if (split_slot(c, batch, k, out) && split_slot(c, batch, other, out)) {
+          out.memory_capped = true;
+          return true;
+        }
+        std::swap(out.llm_microbatches[r * m + k], out.llm_microbatches[r * m + other]);
+        if (other < k) split_slot(c, batch, other, out);  // as it was (it fitted before the trade)
+      }
+    return false;
+  }
+
+  // The members of `part`, gathered for the memory model.
+  std::span<const sample> gather(std::span<const sample> batch, std::span<const std::uint32_t> part) {
+    gathered_.clear();
+    for (std::uint32_t i : part) gathered_.push_back(batch[i]);
+    return gathered_;
+  }
+
+  bool encoder_slot_fits(std::span<const sample> batch, std::size_t replicas, std::size_t m, std::size_t k,
+                         const batch_schedule& out) {
+    for (std::size_t e = 0; e < replicas; ++e)
+      if (!cap_->excess(module_kind::encoder, gather(batch, out.encoder_parts[e * m + k])).fits()) return false;
+    return true;
+  }
+
+  // Slot k's samples (in `slot_samples_`, heaviest first) again, each to the
+  // least-loaded replica where its part still fits; records the failure in
+  // `slot_failure_` when one fits nowhere.
+  bool split_slot_within_cap(std::span<const sample> batch, std::size_t replicas, std::size_t m, std::size_t k,
+                             batch_schedule& out) {
+    for (std::size_t e = 0; e < replicas; ++e) out.encoder_parts[e * m + k].clear();
+    std::fill(encoder_load_.begin(), encoder_load_.end(), 0.0);
+    for (std::uint32_t i : slot_samples_) {
+      std::size_t best = replicas;
+      memory_excess closest;
+      for (std::size_t e = 0; e < replicas; ++e) {
+        auto& part = out.encoder_parts[e * m + k];
+        part.push_back(i);
+        const memory_excess excess = cap_->excess(module_kind::encoder, gather(batch, part));
+        part.pop_back();
+        if (excess.fits()) {
+          if (best == replicas || encoder_load_[e] < encoder_load_[best]) best = e;
+        } else if (closest.bytes == -std::numeric_limits<double>::infinity() || excess.bytes < closest.bytes) {
+          closest = excess;
+        }
+      }
+      if (best == replicas) {
+        slot_failure_.emplace(cap_error(batch, slot_samples_, closest, module_kind::encoder,
+                                        " of microbatch slot " + std::to_string(k) + " need encoder work that " +
+                                            std::to_string(replicas) + " encoder replica" +
+                                            (replicas == 1 ? "" : "s") +
+                                            " cannot split within the memory budget, whichever LLM microbatches "
+                                            "share the slot (" + config_text() + ")"));
+        return false;
+      }
+      encoder_load_[best] += encoder_cost_[i];
+      out.encoder_parts[best * m + k].push_back(i);
+    }
+    return true;
   }
 
   // Fills one module's cost tables from its microbatches.
@@ -378,6 +625,14 @@ private:
   batch_schedule alternative_;
   multimodal_simulator simulator_;
   simulation_result result_;
+  // The memory budget of the batch being scheduled.
+  std::optional<memory_cap<Memory>> cap_;
+  bin_caps caps_;
+  std::vector<std::size_t> over_bins_;
+  memory_excess worst_excess_;
+  bool llm_capped_ = false;
+  std::optional<memory_cap_error> encoder_failure_, slot_failure_;
+  parallel_config config_;
 };
 
 }  // namespace dflop

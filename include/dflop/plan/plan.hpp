@@ -67,6 +67,25 @@ struct search_statistics {
   friend bool operator==(const search_statistics&, const search_statistics&) = default;
 };
 
+//! How often the memory budget acts on a plan's batches, counted on fresh
+//! global batches packed as `schedule_batch` packs them.
+struct memory_cap_estimate {
+  std::size_t batches = 0;     //!< fresh batches drawn (`planner_options::cap_check_batches`)
+  std::size_t capped = 0;      //!< of which the budget changed the packing or an encoder split
+  std::size_t infeasible = 0;  //!< of which no packing within the budget was found (`schedule_batch` throws)
+
+  //! Estimated probability that a batch hits the cap (0 when none were drawn).
+  [[nodiscard]] double capped_probability() const noexcept {
+    return batches == 0 ? 0.0 : static_cast<double>(capped) / static_cast<double>(batches);
+  }
+  //! Estimated probability that a batch cannot be packed within the budget.
+  [[nodiscard]] double infeasible_probability() const noexcept {
+    return batches == 0 ? 0.0 : static_cast<double>(infeasible) / static_cast<double>(batches);
+  }
+
+  friend bool operator==(const memory_cap_estimate&, const memory_cap_estimate&) = default;
+};
+
 //! The plan for one model, cluster and workload.
 struct plan {
   std::string model;                   //!< model name
@@ -78,7 +97,10 @@ struct plan {
   std::uint64_t seed = 0;              //!< sampling seed of those batches (`planner_options::seed`)
   std::string schedule;                //!< schedule policy name
   method_result chosen;                //!< dflop's choice (method "dflop")
-  std::vector<stage_memory> memory;    //!< per stage of the chosen plan, encoder stages first
+  //! Per stage of the chosen plan, encoder stages first, with the heaviest
+  //! microbatch of the sampled batches; each within `batch.memory_budget_bytes`.
+  std::vector<stage_memory> memory;
+  memory_cap_estimate memory_cap;      //!< how often the memory budget acts on its batches
   double ideal_seconds = 0;            //!< training FLOPs / (GPUs x peak x best efficiency): no plan beats it
   std::vector<method_result> baselines;  //!< data_blind and dflop_reference, when computed
   search_statistics search;            //!< how the search went
@@ -167,11 +189,24 @@ inline std::ostream& operator<<(std::ostream& out, const plan& result) {
   if (!result.excluded_samples.empty())
     out << "excluded: " << result.excluded_samples.size()
         << " sample(s) no configuration holds in memory, first: " << result.excluded_samples.front() << "\n";
-  out << "memory per GPU (tail microbatch, in-flight activations):\n";
+  out << "memory per GPU (heaviest microbatch seen, in-flight activations):\n";
   for (const auto& stage : result.memory)
     out << "  " << to_string(stage.module) << " stage " << stage.stage << ": "
         << detail::format_fixed(static_cast<double>(stage.bytes.total()) / (1 << 30), 1) << " GiB ("
         << stage.in_flight << " in flight)\n";
+  if (result.batch.memory_budget_bytes > 0) {
+    const memory_cap_estimate& cap = result.memory_cap;
+    out << "memory cap: " << detail::format_fixed(static_cast<double>(result.batch.memory_budget_bytes) / (1 << 30), 1)
+        << " GiB per GPU, every microbatch kept within it";
+    if (cap.batches > 0) {
+      out << "; it acted on " << cap.capped << " of " << cap.batches << " fresh batches ("
+          << detail::format_fixed(100 * cap.capped_probability(), 1) << "%)";
+      if (cap.infeasible > 0)
+        out << ", and " << cap.infeasible << " could not be packed within it (schedule_batch would throw: "
+            << "give the plan more memory headroom or more GPUs)";
+    }
+    out << "\n";
+  }
   out << "search: " << result.search.candidates << " candidates, " << result.search.memory_rejected
       << " out of memory, " << result.search.bound_pruned << " pruned by bound, " << result.search.over_budget << " past the budget, " << result.search.simulated
       << " simulated, " << detail::format_fixed(result.search.seconds, 2) << " s (enumeration "

@@ -27,7 +27,7 @@ namespace dflop {
 //! the file in errors. For planner output `to_json(plan_from_json(to_json(p)))
 //! == to_json(p)`. Derived figures (`samples_per_second`, `efficiency`,
 //! `speedup_of_dflop`, the GiB of `memory_gib`) are accepted and not read;
-//! `search` and `excluded_samples` are optional. Throws `input_error` for a wrong `plan_version`, a
+//! `search`, `excluded_samples` and `memory_cap` are optional (and `batch.memory_budget_bytes`). Throws `input_error` for a wrong `plan_version`, a
 //! missing, mistyped or unknown field, or a configuration that cannot run.
 [[nodiscard]] inline plan plan_from_json(const nlohmann::json& document, const std::string& source) {
   const detail::json_fields fields(document, source, "");
@@ -38,7 +38,7 @@ namespace dflop {
                                     ", got " + std::to_string(version));
   fields.only({"plan_version", "model", "model_spec", "cluster", "global_batch", "batches", "seed", "batch", "config",
                "iteration_seconds", "estimated_seconds", "peak_memory_gib", "samples_per_second", "memory_gib",
-               "ideal_seconds", "efficiency", "excluded_samples", "baselines", "search"});
+               "memory_cap", "ideal_seconds", "efficiency", "excluded_samples", "baselines", "search"});
 
   plan result;
   result.model_spec = detail::plan_model_from_json(fields);
@@ -63,6 +63,7 @@ namespace dflop {
                                 0};
   result.memory = detail::plan_memory_from_json(fields, result.chosen.config);
   result.ideal_seconds = fields.number_at_least("ideal_seconds", 0);
+  if (fields.has("memory_cap")) result.memory_cap = detail::plan_memory_cap_from_json(fields);
   if (fields.has("excluded_samples")) {
     const nlohmann::json& ids = fields.array("excluded_samples");
     for (std::size_t i = 0; i < ids.size(); ++i) {

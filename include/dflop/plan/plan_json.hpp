@@ -49,13 +49,15 @@ inline constexpr int plan_file_version = 1;
           {"schedule", schedule}};
 }
 
-//! Per-batch options: {"assignment", "order", "order_budget", "seed", "weight_gradient_share"}.
+//! Per-batch options: {"assignment", "order", "order_budget", "seed",
+//! "weight_gradient_share", "memory_budget_bytes"}.
 [[nodiscard]] inline nlohmann::ordered_json to_json(const batch_options& options) {
   return {{"assignment", std::string(to_string(options.assignment))},
           {"order", std::string(to_string(options.order))},
           {"order_budget", options.order_budget},
           {"seed", options.seed},
-          {"weight_gradient_share", options.weight_gradient_share}};
+          {"weight_gradient_share", options.weight_gradient_share},
+          {"memory_budget_bytes", options.memory_budget_bytes}};
 }
 
 //! The whole plan: what `dflop plan --json` prints and a plan file holds.
@@ -93,6 +95,11 @@ inline constexpr int plan_file_version = 1;
                         {"optimizer_states", stage.bytes.optimizer_states},
                         {"activations", stage.bytes.activations}}}});
   out["memory_gib"] = memory;
+  out["memory_cap"] = {{"batches", result.memory_cap.batches},
+                       {"capped", result.memory_cap.capped},
+                       {"infeasible", result.memory_cap.infeasible},
+                       {"capped_probability", result.memory_cap.capped_probability()},
+                       {"infeasible_probability", result.memory_cap.infeasible_probability()}};
   out["ideal_seconds"] = result.ideal_seconds;
   out["efficiency"] = result.efficiency();
   out["excluded_samples"] = result.excluded_samples;

@@ -137,6 +137,8 @@ public:
     if (!best) throw infeasible_error(scorer_.closest_miss_text());
     result.chosen = *best;
     result.memory = scorer_.stage_memories(best->config, scorer_.partitioner(), tail_cache_);
+    result.memory_cap = scorer_.estimate_cap(scorer_.layout_of(best->config, scorer_.partitioner()), settings.batch,
+                                             workload, settings.cap_check_batches, settings.seed ^ cap_check_salt);
     result.search.scoring_seconds = lap();
     result.search.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return result;
@@ -146,14 +148,22 @@ public:
   [[nodiscard]] const std::vector<std::vector<sample>>& sampled_batches() const noexcept { return scorer_.batches(); }
 
   //! Scores one configuration on the sampled batches exactly as the search does
-  //! (for tests and tools): mean simulated seconds, or nullopt when its tail
-  //! microbatches do not fit. Call after `make_plan`, or after `prepare(workload)`.
+  //! (for tests and tools): mean simulated seconds, or nullopt when some sampled
+  //! or tail batch cannot be packed within the memory budget or the workload's
+  //! heaviest sample does not fit alone. Call after `make_plan`, or after `prepare(workload)`.
   [[nodiscard]] std::optional<double> score(const parallel_config& config) {
+    if (scorer_.memory_shortfall(config, scorer_.partitioner(), scorer_.heaviest_samples()) > 0) return std::nullopt;
+    if (!tail_batches_fit(config)) return std::nullopt;
     const auto layout = scorer_.layout_of(config, scorer_.partitioner());
     detail::tail_samples tails;
-    const double seconds = scorer_.simulate_all(layout, scorer_.pack_policy(), scorer_.options().batch, &tails);
-    if (scorer_.memory_shortfall(config, scorer_.partitioner(), tails) > 0) return std::nullopt;
-    return seconds;
+    try {
+      const double seconds = scorer_.simulate_all(layout, scorer_.pack_policy(), scorer_.options().batch, &tails,
+                                                  detail::tail_rule::heaviest);
+      if (scorer_.memory_shortfall(config, scorer_.partitioner(), tails) > 0) return std::nullopt;
+      return seconds;
+    } catch (const memory_cap_error&) {
+      return std::nullopt;
+    }
   }
 
   //! Positions in `workload` of the samples that no candidate configuration
@@ -234,13 +244,23 @@ private:
 
   using scorer_type = detail::plan_scorer<Cost, Memory, Partitioner, Packer, Schedule>;
 
+  // Mixed into the seed of the fresh batches `plan::memory_cap` is estimated
+  // on, so they are not the batches the plan was scored on.
+  static constexpr std::uint64_t cap_check_salt = 0x6361705f63686b31ULL;
+
   // A configuration scored by the scan: its simulated seconds, the memory
   // variant that fits, and the candidate it came from.
   struct scanned {
     double seconds = 0;
     parallel_config config;
     double estimate = 0;
+    bool tails_checked = false;  // its tail batches were packed within the memory budget
   };
+
+  // Whether `config`'s tail batches pack within the memory budget.
+  [[nodiscard]] bool tail_batches_fit(const parallel_config& config) {
+    return scorer_.tail_batches_fit(scorer_.layout_of(config, scorer_.partitioner()), scorer_.options().batch);
+  }
 
   // Scores `base` with the cheapest memory variant whose typical microbatches
   // fit, moving on to costlier variants while the tail microbatches do not.
@@ -252,9 +272,12 @@ private:
       std::erase_if(variants, [](const parallel_config& v) { return v.encoder.recompute || v.llm.recompute; });
     std::size_t next = 0;
     const detail::tail_samples typical = scorer_.typical_microbatches(c.config);  // the same for every variant
+    // A variant must hold a typical microbatch and the workload's heaviest sample alone.
     const auto fits_quickly = [&]() {
       for (; next < variants.size(); ++next) {
-        const double shortfall = scorer_.memory_shortfall(variants[next], scorer_.partitioner(), typical);
+        const double shortfall =
+            std::max(scorer_.memory_shortfall(variants[next], scorer_.partitioner(), typical),
+                     scorer_.memory_shortfall(variants[next], scorer_.partitioner(), scorer_.heaviest_samples()));
         if (shortfall <= 0) return true;
         scorer_.note_miss(variants[next], shortfall);
       }
@@ -264,7 +287,15 @@ private:
       const parallel_config& config = variants[next];
       const plan_layout layout = scorer_.layout_of(config, scorer_.partitioner());
       detail::tail_samples tails;
-      const double seconds = scorer_.simulate_all(layout, scorer_.pack_policy(), options, &tails);
+      double seconds = 0;
+      try {
+        seconds = scorer_.simulate_all(layout, scorer_.pack_policy(), options, &tails, detail::tail_rule::heaviest);
+      } catch (const memory_cap_error& failure) {  // a sampled batch cannot be packed within the budget
+        ++statistics.simulated;
+        scorer_.note_miss(config, failure.excess_bytes());
+        ++next;
+        continue;
+      }
       ++statistics.simulated;
       if (const double shortfall = scorer_.memory_shortfall(config, scorer_.partitioner(), tails); shortfall > 0) {
         scorer_.note_miss(config, shortfall);
@@ -318,14 +349,18 @@ private:
         ++statistics.over_budget;
         continue;
       }
-      const auto found = scan_candidate(c, scan_options, statistics, budget == 0 || recomputing < budget);
-      if (!found) {
+      auto found = scan_candidate(c, scan_options, statistics, budget == 0 || recomputing < budget);
+      // A new best must also pack the tail batches within the memory budget:
+      // it prunes others by its time, so it must be a plan that can run.
+      const bool new_best = found && (!best || found->seconds < best->iteration_seconds);
+      if (new_best) found->tails_checked = true;
+      if (!found || (new_best && !tail_batches_fit(found->config))) {
         ++statistics.memory_rejected;
         continue;
       }
       ++(found->config.encoder.recompute || found->config.llm.recompute ? recomputing : fitting);
       finalists.push_back(*found);
-      if (!best || found->seconds < best->iteration_seconds) {
+      if (new_best) {
         const plan_layout layout = scorer_.layout_of(found->config, scorer_.partitioner());
         best = method_result{"dflop", found->config, layout.encoder, layout.llm, c.estimate, found->seconds, true, 0, 0};
       }
@@ -335,18 +370,35 @@ private:
     // The scan ordered slots with Johnson's rule (one simulation); the few best
     // are scored again with the configured order policy, and the winner's
     // figures are those of that final scoring: what schedule_batch will do.
+    // Finalists pack the tail batches within the memory budget (checked here
+    // for those the scan did not check).
     std::stable_sort(finalists.begin(), finalists.end(),
                      [](const scanned& a, const scanned& b) { return a.seconds < b.seconds; });
-    finalists.resize(std::min(finalists.size(), std::max<std::size_t>(1, settings.finalists)));
+    const std::size_t wanted = std::max<std::size_t>(1, settings.finalists);
+    std::size_t kept = 0;
+    for (std::size_t f = 0; f < finalists.size() && kept < wanted; ++f) {
+      if (finalists[f].tails_checked || tail_batches_fit(finalists[f].config))
+        finalists[kept++] = finalists[f];
+      else
+        ++statistics.memory_rejected;
+    }
+    finalists.resize(kept);
     for (const parallel_config& config : extra_finalists)
-      if (std::none_of(finalists.begin(), finalists.end(), [&](const scanned& f) { return f.config == config; }))
-        finalists.push_back({0.0, config, 0.0});
+      if (std::none_of(finalists.begin(), finalists.end(), [&](const scanned& f) { return f.config == config; }) &&
+          tail_batches_fit(config))
+        finalists.push_back({0.0, config, 0.0, true});
     best.reset();
     const auto finals_started = std::chrono::steady_clock::now();
     for (const scanned& finalist : finalists) {
       const plan_layout layout = scorer_.layout_of(finalist.config, scorer_.partitioner());
       detail::tail_samples tails;
-      const double seconds = scorer_.simulate_all(layout, scorer_.pack_policy(), settings.batch, &tails);
+      double seconds = 0;
+      try {
+        seconds = scorer_.simulate_all(layout, scorer_.pack_policy(), settings.batch, &tails,
+                                       detail::tail_rule::heaviest);
+      } catch (const memory_cap_error&) {  // packed in another order, a batch no longer fits
+        continue;
+      }
       if (scorer_.memory_shortfall(finalist.config, scorer_.partitioner(), tails) > 0) continue;  // another slot order, another tail: still must fit
       if (!best || seconds < best->iteration_seconds) {
         best = method_result{"dflop", finalist.config, layout.encoder, layout.llm, finalist.estimate, seconds, true, 0, 0};

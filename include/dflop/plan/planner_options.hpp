@@ -20,7 +20,10 @@ struct planner_options {
   int batches = 4;                       //!< sampled global batches every candidate is scored on
   std::uint64_t seed = 0;                //!< batch sampling and packing seed
   batch_options batch;                   //!< per-batch policies (slot assignment, order, budget)
-  double memory_headroom = 0.10;         //!< fraction of GPU memory kept free (CUDA context, fragmentation)
+  //! Fraction of GPU memory kept free (CUDA context, fragmentation); the rest
+  //! is the plan's memory budget (`batch_options::memory_budget_bytes`, set by
+  //! the planner: leave `batch.memory_budget_bytes` 0 or equal to it).
+  double memory_headroom = 0.10;
   std::vector<int> microbatch_counts;    //!< m values to try; empty: 1, 2, 3, 4, 6, 8, 12, 16, ... up to the batch
   std::size_t max_simulated = 48;        //!< most fitting candidates scored by simulation (0: no limit)
   //! Best scanned candidates scored again with the full order policy. 4: in 11
@@ -32,6 +35,13 @@ struct planner_options {
   //! land in `plan::excluded_samples`); false: `make_plan` throws
   //! `unfittable_samples_error` naming them. Nothing is dropped unless asked.
   bool exclude_unfittable = false;
+  //! Heaviest global batches (by encoder and by LLM tokens, of 64 times as
+  //! many drawn) that a finalist's batches must pack within the memory budget:
+  //! the tail the scoring batches rarely show. 0: none.
+  std::size_t tail_batches = 16;
+  //! Fresh global batches packed after the search to estimate how often the
+  //! memory budget acts on the chosen plan (`plan::memory_cap`); 0: none.
+  std::size_t cap_check_batches = 128;
   bool baselines = true;                 //!< also choose and score data_blind and dflop_reference
   std::size_t baseline_attempts = 64;    //!< a baseline's choices tried before it turns on memory savers
   unsigned threads = 0;                  //!< threads scoring the sampled batches (0: the hardware's); same plan for any count

@@ -194,9 +194,9 @@ template <class Scorer>
   const batch_options options = as_baselines_run(scorer.options().batch);
   tail_samples tails;
   if (choice.method == "data_blind")
-    choice.iteration_seconds = scorer.simulate_all(layout, sequential_packer{}, options, &tails);
+    choice.iteration_seconds = scorer.simulate_all(layout, sequential_packer{}, options, &tails, tail_rule::p99);
   else
-    choice.iteration_seconds = scorer.simulate_all(layout, refined_packer{}, options, &tails);
+    choice.iteration_seconds = scorer.simulate_all(layout, refined_packer{}, options, &tails, tail_rule::p99);
   choice.peak_memory_gib = peak_gib(scorer.stage_memories(choice.config, even_layers{}, tails));
   choice.fits_memory = scorer.memory_shortfall(choice.config, even_layers{}, tails) <= 0;
   return choice;

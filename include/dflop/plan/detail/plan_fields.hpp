@@ -94,7 +94,7 @@ template <class Read>
 //! `batch`: the per-batch options.
 [[nodiscard]] inline batch_options plan_batch_options_from_json(const json_fields& parent) {
   const json_fields fields(parent.at("batch"), parent.source(), parent.path("batch"));
-  fields.only({"assignment", "order", "order_budget", "seed", "weight_gradient_share"});
+  fields.only({"assignment", "order", "order_budget", "seed", "weight_gradient_share", "memory_budget_bytes"});
   batch_options options;
   const std::string assignment = fields.text("assignment");
   const auto parsed_assignment = parse_slot_assignment(assignment);
@@ -113,6 +113,8 @@ template <class Read>
   if (options.weight_gradient_share > 1)
     fields.fail(fields.path("weight_gradient_share"),
                 "is a fraction of the backward, so at most 1, got " + json_number_text(options.weight_gradient_share));
+  // Optional: plan files written before the memory cap have none (no cap).
+  if (fields.has("memory_budget_bytes")) options.memory_budget_bytes = fields.integer_in("memory_budget_bytes", 0);
   return options;
 }
 
@@ -287,6 +289,23 @@ struct plan_config {
           count("over_budget"),        count("simulated"),           seconds("seconds"),
           seconds("enumeration_seconds"), seconds("scoring_seconds"), seconds("finalist_seconds"),
           seconds("baseline_seconds")};
+}
+
+//! `memory_cap`: how often the memory budget acted on fresh batches (the
+//! probabilities are derived from the counts, so they are read back unchecked).
+[[nodiscard]] inline memory_cap_estimate plan_memory_cap_from_json(const json_fields& parent) {
+  const json_fields fields(parent.at("memory_cap"), parent.source(), parent.path("memory_cap"));
+  fields.only({"batches", "capped", "infeasible", "capped_probability", "infeasible_probability"});
+  memory_cap_estimate estimate;
+  estimate.batches = static_cast<std::size_t>(fields.integer_in("batches", 0));
+  estimate.capped = static_cast<std::size_t>(fields.integer_in("capped", 0));
+  estimate.infeasible = static_cast<std::size_t>(fields.integer_in("infeasible", 0));
+  if (estimate.capped > estimate.batches)
+    fields.fail(fields.path("capped"), "counts batches, so at most batches (" + std::to_string(estimate.batches) + ")");
+  if (estimate.infeasible > estimate.capped)
+    fields.fail(fields.path("infeasible"),
+                "counts capped batches that did not fit, so at most capped (" + std::to_string(estimate.capped) + ")");
+  return estimate;
 }
 
 }  // namespace dflop::detail

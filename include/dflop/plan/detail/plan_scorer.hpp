@@ -41,6 +41,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <sstream>
@@ -61,10 +62,16 @@ struct microbatch_views {
   std::span<const sample> encoder;  //!< an encoder part
 };
 
+//! Which microbatch of the sampled batches a memory check takes as the tail.
+enum class tail_rule : std::uint8_t {
+  p99,       //!< the 99th percentile by tokens: how the baselines (blind to memory) are checked
+  heaviest,  //!< the most tokens seen: dflop's plans, whose batches are packed within the memory budget
+};
+
 //! The samples of the tail microbatches seen while scoring a configuration.
 struct tail_samples {
-  std::vector<sample> llm;      //!< the p99 LLM bin
-  std::vector<sample> encoder;  //!< the p99 encoder part
+  std::vector<sample> llm;      //!< the tail LLM bin
+  std::vector<sample> encoder;  //!< the tail encoder part
   //! Both microbatches, viewed.
   operator microbatch_views() const noexcept { return {llm, encoder}; }  // NOLINT: views are what checks take
 };
@@ -87,7 +94,19 @@ public:
               Partitioner partitioner, Packer pack_policy, Schedule schedule_policy)
       : model_(std::move(model)), cluster_(std::move(cluster)), cost_(std::move(cost)), memory_(std::move(memory)),
         options_(std::move(options)), partitioner_(std::move(partitioner)), packer_(std::move(pack_policy)),
-        schedule_(std::move(schedule_policy)) {}
+        schedule_(std::move(schedule_policy)) {
+    // dflop's batches are packed within the usable memory (the planner rejects
+    // a headroom outside [0, 1) right after this).
+    if (!(options_.memory_headroom >= 0 && options_.memory_headroom < 1)) return;
+    const auto budget = static_cast<std::int64_t>(capacity());
+    std::int64_t& given = options_.batch.memory_budget_bytes;
+    if (given != 0 && given != budget)
+      throw input_error("batch.memory_budget_bytes", 0,
+                        "the planner sets the memory budget from the GPU's memory and memory_headroom (" +
+                            std::to_string(budget) + " bytes here); got " + std::to_string(given) +
+                            ": leave it 0 and set memory_headroom instead");
+    given = budget;
+  }
 
   [[nodiscard]] const multimodal_spec& model() const noexcept { return model_; }      //!< the model planned
   [[nodiscard]] const cluster_spec& cluster() const noexcept { return cluster_; }     //!< the GPUs planned on
@@ -101,12 +120,35 @@ public:
   //! The global batches configurations are scored on.
   [[nodiscard]] const std::vector<std::vector<sample>>& batches() const noexcept { return batches_; }
 
+  //! The workload's sample with the most LLM tokens and the one with the most
+  //! encoder tokens, each as a microbatch of its own: a plan must hold both
+  //! alone (the memory model needs more bytes for more tokens), or some batch
+  //! that draws them cannot fit, however it is packed.
+  [[nodiscard]] const tail_samples& heaviest_samples() const noexcept { return heaviest_; }
+
+  //! The heaviest global batches of many drawn: half by encoder tokens, half by
+  //! LLM tokens (`planner_options::tail_batches` in all, from 64 times as many
+  //! draws). A plan whose memory budget they cannot be packed within would fail
+  //! on such batches in training; four scoring batches rarely show them.
+  [[nodiscard]] const std::vector<std::vector<sample>>& tail_batches() const noexcept { return tail_batches_; }
+
   //! Samples `options().batches` global batches from `workload` and forgets
   //! every cached price, split and schedule (they depend on the batches).
   void draw_batches(std::span<const sample> workload) {
     batches_ = sample_batches(workload, static_cast<std::size_t>(options_.global_batch),
                               static_cast<std::size_t>(options_.batches), batch_mode::without_replacement,
                               options_.seed);
+    heaviest_.llm.clear();
+    heaviest_.encoder.clear();
+    const auto most = [&](std::int64_t sample::*field) {
+      return *std::max_element(workload.begin(), workload.end(),
+                               [&](const sample& a, const sample& b) { return a.*field < b.*field; });
+    };
+    if (!workload.empty()) {
+      heaviest_.llm.push_back(most(&sample::llm_tokens));
+      heaviest_.encoder.push_back(most(&sample::encoder_tokens));
+    }
+    draw_tail_batches(workload);
     total_stage_cost_.clear();
     partitions_.clear();
     even_partitions_.clear();
@@ -287,17 +329,45 @@ public:
   //! The p99 microbatches of a fixed assignment rule, without simulating.
   template <packer P>
   tail_samples assigned_tails(const plan_layout& layout, const P& pack_policy, const batch_options& options) {
-    return over_batches(layout, pack_policy, options, nullptr, true);
+    return over_batches(layout, pack_policy, options, nullptr, tail_rule::p99);
   }
 
-  //! Mean simulated seconds over the sampled batches; collects the p99 microbatches.
+  //! Mean simulated seconds over the sampled batches; collects the tail
+  //! microbatches by `rule`. Throws `memory_cap_error` when `options` carry a
+  //! memory budget that some sampled batch cannot be packed within.
   template <packer P>
   double simulate_all(const plan_layout& layout, const P& pack_policy, const batch_options& options,
-                      tail_samples* tails) {
+                      tail_samples* tails, tail_rule rule) {
     double seconds = 0;
-    tail_samples found = over_batches(layout, pack_policy, options, &seconds, tails != nullptr);
+    tail_samples found = over_batches(layout, pack_policy, options, &seconds, rule, tails != nullptr);
     if (tails != nullptr) *tails = std::move(found);
     return seconds;
+  }
+
+  //! Whether every tail batch packs within the memory budget of `options` as
+  //! `schedule_batch` packs it (without simulating).
+  [[nodiscard]] bool tail_batches_fit(const plan_layout& layout, const batch_options& options) {
+    if (options.memory_budget_bytes == 0 || tail_batches_.empty()) return true;
+    const auto verdicts = pack_within_cap(layout, options, tail_batches_, options.seed);
+    return std::none_of(verdicts.begin(), verdicts.end(), [](cap_verdict v) { return v == cap_verdict::infeasible; });
+  }
+
+  //! How often the memory budget of `options` acts on `layout`'s batches: packs
+  //! `count` fresh global batches of `workload` (drawn with `seed`) as
+  //! `schedule_batch` does, without simulating.
+  [[nodiscard]] memory_cap_estimate estimate_cap(const plan_layout& layout, const batch_options& options,
+                                                 std::span<const sample> workload, std::size_t count,
+                                                 std::uint64_t seed) {
+    memory_cap_estimate estimate;
+    estimate.batches = count;
+    if (count == 0 || options.memory_budget_bytes == 0) return estimate;
+    const auto fresh = sample_batches(workload, static_cast<std::size_t>(options_.global_batch), count,
+                                      batch_mode::without_replacement, seed);
+    for (const cap_verdict verdict : pack_within_cap(layout, options, fresh, seed)) {
+      estimate.capped += verdict != cap_verdict::untouched ? 1 : 0;
+      estimate.infeasible += verdict == cap_verdict::infeasible ? 1 : 0;
+    }
+    return estimate;
   }
 
   //! A typical microbatch (the median arrival-order chunk) per module, to reject
@@ -349,6 +419,77 @@ public:
   }
 
 private:
+  // What the memory budget did to one batch.
+  enum class cap_verdict : std::uint8_t { untouched, capped, infeasible };
+
+  // Packs each of `batches` (batch b with seed + b) as `schedule_batch` would
+  // under `options`' budget, without simulating: under best_simulated it
+  // falls back to the other assignment rule when one's encoder parts cannot fit.
+  std::vector<cap_verdict> pack_within_cap(const plan_layout& layout, const batch_options& options,
+                                           const std::vector<std::vector<sample>>& batches, std::uint64_t seed) {
+    std::vector<slot_assignment> rules{options.assignment};
+    if (options.assignment == slot_assignment::best_simulated)
+      rules = {slot_assignment::balanced, slot_assignment::round_robin};
+    std::vector<cap_verdict> verdicts(batches.size(), cap_verdict::infeasible);
+    const unsigned threads = options_.threads == 0 ? default_thread_count() : options_.threads;
+    std::vector<batch_scheduler<Cost, Memory, Packer>> schedulers;
+    std::vector<batch_schedule> schedules(std::min<std::size_t>(threads, batches.size()));
+    for (std::size_t w = 0; w < schedules.size(); ++w) schedulers.emplace_back(model_, cluster_, cost_, memory_, packer_);
+    parallel_for(batches.size(), threads, [&](std::size_t b, unsigned worker) {
+      batch_options own = options;
+      own.seed = seed + b;
+      bool acted = false;  // a rule failed the budget: it acted on this batch
+      for (const slot_assignment rule : rules) {
+        own.assignment = rule;
+        try {
+          schedulers[worker].assign_only(layout, batches[b], own, schedules[worker]);
+          verdicts[b] = acted || schedules[worker].memory_capped ? cap_verdict::capped : cap_verdict::untouched;
+          return;
+        } catch (const memory_cap_error&) {
+          acted = true;
+        }
+      }
+    });
+    return verdicts;
+  }
+
+  // Draws 64 x `tail_batches` global batches (as indices: cheap) and keeps the
+  // heaviest by encoder tokens and by LLM tokens, half each, without repeats.
+  void draw_tail_batches(std::span<const sample> workload) {
+    tail_batches_.clear();
+    const std::size_t keep = options_.tail_batches;
+    const auto size = static_cast<std::size_t>(options_.global_batch);
+    if (keep == 0 || workload.size() < size) return;
+    batch_sampler sampler(workload.size(), size, batch_mode::without_replacement, options_.seed ^ tail_salt);
+    std::vector<std::vector<std::size_t>> draws(64 * keep);
+    std::vector<std::pair<std::int64_t, std::int64_t>> totals(draws.size());  // (encoder, LLM) tokens
+    for (std::size_t d = 0; d < draws.size(); ++d) {
+      draws[d] = sampler.next();
+      for (std::size_t i : draws[d]) {
+        totals[d].first = saturating_add(totals[d].first, workload[i].encoder_tokens);
+        totals[d].second = saturating_add(totals[d].second, workload[i].llm_tokens);
+      }
+    }
+    std::vector<std::size_t> by_encoder(draws.size()), by_llm(draws.size());
+    std::iota(by_encoder.begin(), by_encoder.end(), std::size_t{0});
+    std::iota(by_llm.begin(), by_llm.end(), std::size_t{0});
+    std::stable_sort(by_encoder.begin(), by_encoder.end(),
+                     [&](std::size_t a, std::size_t b) { return totals[a].first > totals[b].first; });
+    std::stable_sort(by_llm.begin(), by_llm.end(),
+                     [&](std::size_t a, std::size_t b) { return totals[a].second > totals[b].second; });
+    std::vector<char> kept(draws.size(), 0);
+    for (std::size_t k = 0, e = 0, l = 0; k < keep; ++k) {
+      auto& order = k % 2 == 0 ? by_encoder : by_llm;
+      auto& at = k % 2 == 0 ? e : l;
+      while (kept[order[at]]) ++at;
+      kept[order[at]] = 1;
+      tail_batches_.push_back(gather_samples(workload, draws[order[at]]));
+    }
+  }
+
+  // Mixed into the seed of the tail-batch draws, so they are not the scoring batches.
+  static constexpr std::uint64_t tail_salt = 0x7461696c5f627463ULL;
+
   // Schedules (or, without `seconds`, only assigns) every sampled batch, on
   // `planner_options::threads` threads: each batch's results land in its own
   // slot and are combined in batch order, so any thread count gives the same
@@ -356,7 +497,7 @@ private:
   // when `want_tails`.
   template <packer P>
   tail_samples over_batches(const plan_layout& layout, const P& pack_policy, const batch_options& options,
-                            double* seconds, bool want_tails) {
+                            double* seconds, tail_rule rule, bool want_tails = true) {
     using groups = std::vector<std::pair<std::int64_t, std::vector<sample>>>;
     struct batch_result {
       double seconds = 0;
@@ -390,7 +531,7 @@ private:
     }
     if (seconds != nullptr) *seconds = total / static_cast<double>(batches_.size());
     if (!want_tails) return {};
-    return {p99_members(llm_bins), p99_members(encoder_parts)};
+    return {tail_members(llm_bins, rule), tail_members(encoder_parts, rule)};
   }
 
   static void collect(const std::vector<sample>& batch, const std::vector<std::vector<std::uint32_t>>& groups,
@@ -405,10 +546,12 @@ private:
     }
   }
 
-  // The group at the 99th percentile (nearest rank) of token counts.
-  static std::vector<sample> p99_members(std::vector<std::pair<std::int64_t, std::vector<sample>>>& groups) {
+  // The group at the 99th percentile (nearest rank) of token counts, or the one with the most.
+  static std::vector<sample> tail_members(std::vector<std::pair<std::int64_t, std::vector<sample>>>& groups,
+                                          tail_rule rule) {
     if (groups.empty()) return {};
     std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (rule == tail_rule::heaviest) return groups.back().second;
     const auto rank = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(groups.size()) - 1e-9));
     return groups[std::max<std::size_t>(rank, 1) - 1].second;
   }
@@ -423,6 +566,8 @@ private:
   Schedule schedule_;
 
   std::vector<std::vector<sample>> batches_;
+  tail_samples heaviest_;  // the workload's heaviest sample per module, alone
+  std::vector<std::vector<sample>> tail_batches_;
   std::map<std::pair<module_kind, int>, module_cost> total_stage_cost_;
   std::map<std::tuple<module_kind, int, int>, layer_partition> partitions_;
   std::map<std::tuple<module_kind, int, int>, layer_partition> even_partitions_;

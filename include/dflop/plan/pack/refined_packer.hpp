@@ -326,8 +326,14 @@ struct refined_packer {
       detail::fill_empty_bins(state);
       if (state.makespan() >= start) state.load_assignment(workspace.saved_bin_of);
     } catch (const infeasible_error&) {
-      if (failure) throw;  // neither start meets the caps
-      state.load_assignment(workspace.saved_bin_of);
+      if (failure) {  // neither balanced start meets the caps: fill by the caps first
+        state.clear();
+        detail::cap_first_fill(state, name);
+        detail::enforce_caps(state, name);
+        detail::fill_empty_bins(state);
+      } else {
+        state.load_assignment(workspace.saved_bin_of);
+      }
     }
     const std::size_t iterations = iteration_budget ? iteration_budget : 4 * costs.samples() + 256;
     const double bound = detail::lower_bound(costs, bins, workspace.scratch);

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -116,7 +117,12 @@ public:
   bin_state(const cost_matrix& costs, std::size_t bins, const bin_caps* caps, pack_workspace& workspace)
       : costs_(costs), caps_(caps), work_(workspace), bins_(bins), dimensions_(costs.dimensions()),
         capped_(caps ? caps->limits.size() : 0) {
-    const std::size_t n = costs.samples();
+    clear();
+  }
+
+  //! Empties every bin: no sample assigned.
+  void clear() {
+    const std::size_t n = costs_.samples();
     work_.loads.assign(bins_ * dimensions_, 0.0);
     work_.cap_loads.assign(bins_ * capped_, 0.0);
     work_.bin_of.assign(n, no_bin);
@@ -185,6 +191,12 @@ public:
       if (after > caps_->limits[c] * (1 + relative_tolerance)) return false;
     }
     return true;
+  }
+  //! Capped quantity `c` of `bin` relative to its limit (after adding `sample`, if any).
+  [[nodiscard]] double cap_fill(std::size_t bin, std::size_t c, std::size_t sample = no_bin) const noexcept {
+    double load = work_.cap_loads[bin * capped_ + c];
+    if (sample != no_bin) load += caps_->amounts(sample, c);
+    return load / std::max(caps_->limits[c], 1e-300);
   }
   //! How far `bin` is over its caps (sum over capped quantities of the relative excess).
   [[nodiscard]] double overflow(std::size_t bin) const noexcept {
@@ -331,6 +343,44 @@ inline void enforce_caps(bin_state& state, std::string_view packer) {
 //! Gives every empty bin one sample from the fullest bin holding two or more.
 //! Never raises the makespan: the source bin only loses, and the empty bin gets
 //! a single sample, whose cost is at most the lower bound <= the makespan.
+//! Fills the bins by the caps first, for caps too tight for a cost-balanced
+//! start to repair: samples by decreasing size relative to the limits (their
+//! largest capped amount over its limit), each to the bin whose fullest capped
+//! quantity stays lowest (ties: the lower cost peak) among those it fits in.
+//! Empty bins come first that way, so every bin gets a sample when N >= K.
+//! Throws `infeasible_error` naming `packer` when a sample fits in no bin.
+inline void cap_first_fill(bin_state& state, std::string_view packer) {
+  const bin_caps& caps = *state.caps();
+  const std::size_t n = state.samples();
+  const std::size_t capped = caps.limits.size();
+  std::vector<double> size(n, 0.0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t c = 0; c < capped; ++c)
+      size[i] = std::max(size[i], caps.amounts(i, c) / std::max(caps.limits[c], 1e-300));
+  std::vector<std::uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0U);
+  std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return size[a] > size[b]; });
+  for (std::uint32_t i : order) {
+    std::size_t best = no_bin;
+    double best_fill = std::numeric_limits<double>::infinity(), best_peak = best_fill;
+    for (std::size_t b = 0; b < state.bins(); ++b) {
+      if (!state.fits(b, i)) continue;
+      double fill = 0;
+      for (std::size_t c = 0; c < capped; ++c) fill = std::max(fill, state.cap_fill(b, c, i));
+      const double peak = state.peak_with(b, i);
+      if (fill < best_fill || (fill == best_fill && peak < best_peak)) best = b, best_fill = fill, best_peak = peak;
+    }
+    if (best == no_bin) {
+      std::string reason(packer);
+      reason.append(": found no packing within the per-bin caps, even filling by the caps first (sample ")
+          .append(std::to_string(i))
+          .append(" fits in no bin)");
+      throw infeasible_error(reason);
+    }
+    state.assign(i, best);
+  }
+}
+
 inline void fill_empty_bins(bin_state& state) {
   for (std::size_t e = 0; e < state.bins(); ++e) {
     if (!state.items(e).empty()) continue;
