@@ -30,7 +30,9 @@ struct batch_schedule {
   double packing_lower_bound = 0;         //!< its certified lower bound
   //! The memory budget (`batch_options::memory_budget_bytes`) changed this
   //! batch: the packer's first packing or an encoder split had a microbatch
-  //! over it, and the batch was packed or split again within it.
+  //! over it, and the batch was packed or split again within it. (A slot
+  //! assignment of `best_simulated` whose encoder parts miss the budget is
+  //! passed over without setting it.)
   bool memory_capped = false;
 
   //! Samples of LLM replica `replica`, slot `slot`.

@@ -77,11 +77,13 @@ public:
     // slots without encoder work let LLM replicas run without waiting on it.
     // The costly NEH order is spent on the rule that wins with Johnson's order
     // only (NEH starts from Johnson's order, so it can only improve on it).
-    // Under a memory budget a rule whose encoder parts cannot fit is out.
+    // Under a memory budget a rule whose encoder parts cannot fit is out; once
+    // one rule fits, the other is not repaired (re-split, slots traded) to fit.
     batch_options screening = options;
     if (options.order == order_policy::neh) screening.order = order_policy::johnson;
     const bool balanced_fits = finish(layout, batch, screening, slot_assignment::balanced, out);
-    const bool round_robin_fits = finish(layout, batch, screening, slot_assignment::round_robin, alternative_);
+    const bool round_robin_fits =
+        finish(layout, batch, screening, slot_assignment::round_robin, alternative_, /*repair=*/!balanced_fits);
     if (!balanced_fits && !round_robin_fits) throw_encoder_failure();
     const bool round_robin_wins =
         round_robin_fits && (!balanced_fits || alternative_.predicted_seconds < out.predicted_seconds);
@@ -136,10 +138,10 @@ private:
   // Assigns, splits, prices, orders and simulates; false (nothing priced) when
   // the encoder parts of this assignment cannot fit the memory budget.
   bool finish(const plan_layout& layout, std::span<const sample> batch, const batch_options& options,
-              slot_assignment assignment, batch_schedule& out) {
+              slot_assignment assignment, batch_schedule& out, bool repair = true) {
     out.config = layout.config;
     assign_slots(layout.config, assignment, out);
-    if (!split_encoder_work(layout.config, batch, out)) return false;
+    if (!split_encoder_work(layout.config, batch, out, repair)) return false;
     fill_costs(layout, batch, options, out);
     order_and_simulate(layout, options, out);
     return true;
@@ -357,8 +359,10 @@ private:
   // the least-loaded replica where it still fits; when some sample fits on none,
   // one of the slot's LLM microbatches trades slots with one of the same replica
   // (lightest encoder work first) so that both slots fit. False (the failure
-  // recorded) when no such trade is found.
-  bool split_encoder_work(const parallel_config& c, std::span<const sample> batch, batch_schedule& out) {
+  // recorded) when no such trade is found, or at the first slot over the cap
+  // when not asked to `repair`.
+  bool split_encoder_work(const parallel_config& c, std::span<const sample> batch, batch_schedule& out,
+                          bool repair = true) {
     const auto m = static_cast<std::size_t>(c.microbatches);
     const auto encoder_replicas = c.has_encoder() ? static_cast<std::size_t>(c.encoder.dp) : 0;
     out.encoder_parts.resize(encoder_replicas * m);
@@ -367,7 +371,8 @@ private:
     encoder_load_.resize(encoder_replicas);
     std::optional<memory_cap_error> first_failure;
     for (std::size_t k = 0; k < m; ++k) {
-      if (split_slot(c, batch, k, out)) continue;
+      if (split_slot(c, batch, k, out, repair)) continue;
+      if (!repair) return false;
       if (!first_failure) first_failure = std::move(slot_failure_);
       if (!trade_for_fit(c, batch, k, out)) {
         encoder_failure_ = std::move(first_failure);
@@ -378,7 +383,8 @@ private:
   }
 
   // Splits slot k's encoder samples over the encoder replicas (see split_encoder_work).
-  bool split_slot(const parallel_config& c, std::span<const sample> batch, std::size_t k, batch_schedule& out) {
+  bool split_slot(const parallel_config& c, std::span<const sample> batch, std::size_t k, batch_schedule& out,
+                  bool repair = true) {
     const auto m = static_cast<std::size_t>(c.microbatches);
     const auto replicas = static_cast<std::size_t>(c.encoder.dp);
     slot_samples_.clear();
@@ -396,7 +402,7 @@ private:
       out.encoder_parts[lightest * m + k].push_back(i);
     }
     if (cap_ && !encoder_slot_fits(batch, replicas, m, k, out)) {
-      if (!split_slot_within_cap(batch, replicas, m, k, out)) return false;
+      if (!repair || !split_slot_within_cap(batch, replicas, m, k, out)) return false;
       out.memory_capped = true;
     }
     for (std::size_t e = 0; e < replicas; ++e)
