@@ -86,6 +86,18 @@ bool some_packing_fits(const std::vector<std::int64_t>& tokens, std::size_t bins
   }
 }
 
+// The small model on 8 H100s priced by FLOPs, with `token_memory`: what each case schedules with.
+struct capped_scheduler {
+  multimodal_spec model = test::small_model();
+  cluster_spec cluster = test::small_cluster(8, 8);
+  flops_cost_model cost{model, cluster.gpu};
+  token_memory memory;
+  batch_scheduler<flops_cost_model, token_memory, refined_packer> scheduler{model, cluster, cost, memory};
+  capped_scheduler() = default;
+  capped_scheduler(const capped_scheduler&) = delete;  // the scheduler points at the members
+  capped_scheduler& operator=(const capped_scheduler&) = delete;
+};
+
 std::vector<sample> text_samples(const std::vector<std::int64_t>& tokens) {
   std::vector<sample> batch;
   for (std::size_t i = 0; i < tokens.size(); ++i)
@@ -97,10 +109,9 @@ std::vector<sample> text_samples(const std::vector<std::int64_t>& tokens) {
 
 TEST_CASE("no LLM microbatch over the budget; a batch thrown out only when a brute force finds no packing either",
           "[plan][memory][property]") {
-  const auto model = test::small_model();
-  const auto cluster = test::small_cluster(8, 8);
-  const flops_cost_model cost(model, cluster.gpu);
-  const token_memory memory;
+  capped_scheduler fixture;
+  const token_memory& memory = fixture.memory;
+  auto& scheduler = fixture.scheduler;
   random_generator random(20261203);
   std::size_t feasible = 0, missed = 0, infeasible = 0, capped = 0;
   for (int trial = 0; trial < 600; ++trial) {
@@ -128,7 +139,6 @@ TEST_CASE("no LLM microbatch over the budget; a batch thrown out only when a bru
     const bool fits = some_packing_fits(tokens, bins, cap);
     feasible += fits ? 1 : 0;
     INFO("trial " << trial << ": pp " << pp << " dp " << dp << " m " << m << ", cap " << cap << " tokens");
-    batch_scheduler<flops_cost_model, token_memory, refined_packer> scheduler(model, cluster, cost, memory);
     try {
       const batch_schedule scheduled = scheduler.schedule(layout, batch, options);
       std::multiset<std::uint32_t> seen;
@@ -156,16 +166,14 @@ TEST_CASE("no LLM microbatch over the budget; a batch thrown out only when a bru
 }
 
 TEST_CASE("a budget that every microbatch meets changes nothing", "[plan][memory]") {
-  const auto model = test::small_model();
-  const auto cluster = test::small_cluster(8, 8);
-  const flops_cost_model cost(model, cluster.gpu);
-  const token_memory memory;
+  capped_scheduler fixture;
+  const auto& model = fixture.model;
+  auto& scheduler = fixture.scheduler;
   const auto workload = test::small_workload(200, 3);
   const module_plan encoder{{1, 1, 2}, {0, model.encoder.layers}};
   const module_plan llm{{1, 2, 2}, {0, model.llm.layers / 2, model.llm.layers}};
   const plan_layout layout =
       make_plan_layout(parallel_config{{1, 1, 2}, {1, 2, 2}, 4}, encoder, llm, named_schedule("1f1b"));
-  batch_scheduler<flops_cost_model, token_memory, refined_packer> scheduler(model, cluster, cost, memory);
   for (std::uint64_t seed = 0; seed < 5; ++seed) {
     const auto batch = sample_batch(workload, 32, batch_mode::without_replacement, seed);
     batch_options options;
@@ -183,17 +191,16 @@ TEST_CASE("a budget that every microbatch meets changes nothing", "[plan][memory
 
 TEST_CASE("encoder parts stay within the budget: split again, or slots traded, or the samples named",
           "[plan][memory][property]") {
-  const auto model = test::small_model();
-  const auto cluster = test::small_cluster(8, 8);
-  const flops_cost_model cost(model, cluster.gpu);
-  const token_memory memory;
+  capped_scheduler fixture;
+  const auto& model = fixture.model;
+  const token_memory& memory = fixture.memory;
+  auto& scheduler = fixture.scheduler;
   const auto workload = test::small_workload(400, 5);
   const module_plan encoder{{1, 1, 2}, {0, model.encoder.layers}};
   const module_plan llm{{1, 1, 3}, {0, model.llm.layers}};
   const plan_layout layout =
       make_plan_layout(parallel_config{{1, 1, 2}, {1, 1, 3}, 4}, encoder, llm, named_schedule("1f1b"));
   const auto peaks = peak_activations(layout.schedule);
-  batch_scheduler<flops_cost_model, token_memory, refined_packer> scheduler(model, cluster, cost, memory);
   std::size_t returned = 0, capped = 0, thrown = 0;
   for (std::uint64_t seed = 0; seed < 400; ++seed) {
     const auto batch = sample_batch(workload, 48, batch_mode::without_replacement, seed);
@@ -233,16 +240,14 @@ TEST_CASE("encoder parts stay within the budget: split again, or slots traded, o
 }
 
 TEST_CASE("a sample that cannot fit even alone is named, with its stage and the budget", "[plan][memory]") {
-  const auto model = test::small_model();
-  const auto cluster = test::small_cluster(8, 8);
-  const flops_cost_model cost(model, cluster.gpu);
-  const token_memory memory;
+  capped_scheduler fixture;
+  const token_memory& memory = fixture.memory;
+  auto& scheduler = fixture.scheduler;
   const plan_layout layout = llm_only_layout(2, 1, 3);
   batch_options options;
   options.memory_budget_bytes = memory.fixed + 2 * 1000 * memory.bytes_per_token;  // 2 in flight on stage 0
   auto batch = text_samples({100, 200, 300, 400});
   batch.push_back({"huge-doc", modality::text, 0, 0, 5000});
-  batch_scheduler<flops_cost_model, token_memory, refined_packer> scheduler(model, cluster, cost, memory);
   const std::string text = test::error_of<memory_cap_error>([&] { (void)scheduler.schedule(layout, batch, options); });
   CHECK(text.find("huge-doc") != std::string::npos);
   CHECK(text.find("even alone") != std::string::npos);

@@ -431,19 +431,15 @@ private:
     if (options.assignment == slot_assignment::best_simulated)
       rules = {slot_assignment::balanced, slot_assignment::round_robin};
     std::vector<cap_verdict> verdicts(batches.size(), cap_verdict::infeasible);
-    const unsigned threads = options_.threads == 0 ? default_thread_count() : options_.threads;
-    std::vector<batch_scheduler<Cost, Memory, Packer>> schedulers;
-    std::vector<batch_schedule> schedules(std::min<std::size_t>(threads, batches.size()));
-    for (std::size_t w = 0; w < schedules.size(); ++w) schedulers.emplace_back(model_, cluster_, cost_, memory_, packer_);
-    parallel_for(batches.size(), threads, [&](std::size_t b, unsigned worker) {
+    for_each_batch(batches.size(), packer_, [&](std::size_t b, auto& scheduler, batch_schedule& schedule) {
       batch_options own = options;
       own.seed = seed + b;
       bool acted = false;  // a rule failed the budget: it acted on this batch
       for (const slot_assignment rule : rules) {
         own.assignment = rule;
         try {
-          schedulers[worker].assign_only(layout, batches[b], own, schedules[worker]);
-          verdicts[b] = acted || schedules[worker].memory_capped ? cap_verdict::capped : cap_verdict::untouched;
+          scheduler.assign_only(layout, batches[b], own, schedule);
+          verdicts[b] = acted || schedule.memory_capped ? cap_verdict::capped : cap_verdict::untouched;
           return;
         } catch (const memory_cap_error&) {
           acted = true;
@@ -451,6 +447,20 @@ private:
       }
     });
     return verdicts;
+  }
+
+  // Runs `work(b, scheduler, schedule)` for every b below `count` on
+  // `planner_options::threads` threads, each with its own scheduler and
+  // schedule to reuse; results must land in per-b slots.
+  template <packer P, class Work>
+  void for_each_batch(std::size_t count, const P& pack_policy, Work&& work) {
+    const unsigned threads = options_.threads == 0 ? default_thread_count() : options_.threads;
+    std::vector<batch_scheduler<Cost, Memory, P>> schedulers;
+    std::vector<batch_schedule> schedules(std::min<std::size_t>(threads, count));
+    for (std::size_t w = 0; w < schedules.size(); ++w)
+      schedulers.emplace_back(model_, cluster_, cost_, memory_, pack_policy);
+    parallel_for(count, threads,
+                 [&](std::size_t b, unsigned worker) { work(b, schedulers[worker], schedules[worker]); });
   }
 
   // Draws 64 x `tail_batches` global batches (as indices: cheap) and keeps the
@@ -504,19 +514,14 @@ private:
       groups llm_bins, encoder_parts;
     };
     std::vector<batch_result> results(batches_.size());
-    const unsigned threads = options_.threads == 0 ? default_thread_count() : options_.threads;
-    std::vector<batch_scheduler<Cost, Memory, P>> schedulers;
-    std::vector<batch_schedule> schedules(std::min<std::size_t>(threads, batches_.size()));
-    for (std::size_t w = 0; w < schedules.size(); ++w) schedulers.emplace_back(model_, cluster_, cost_, memory_, pack_policy);
-    parallel_for(batches_.size(), threads, [&](std::size_t b, unsigned worker) {
+    for_each_batch(batches_.size(), pack_policy, [&](std::size_t b, auto& scheduler, batch_schedule& schedule) {
       batch_options own = options;
       own.seed = options_.seed + b;
-      batch_schedule& schedule = schedules[worker];
       if (seconds != nullptr) {
-        schedulers[worker].schedule(layout, batches_[b], own, schedule);
+        scheduler.schedule(layout, batches_[b], own, schedule);
         results[b].seconds = schedule.predicted_seconds;
       } else {
-        schedulers[worker].assign_only(layout, batches_[b], own, schedule);
+        scheduler.assign_only(layout, batches_[b], own, schedule);
       }
       if (!want_tails) return;
       collect(batches_[b], schedule.llm_microbatches, &sample::llm_tokens, results[b].llm_bins);
