@@ -47,7 +47,6 @@
 #include <sstream>
 #include <string>
 #include <tuple>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -151,7 +150,6 @@ public:
     draw_tail_batches(workload);
     total_stage_cost_.clear();
     partitions_.clear();
-    even_partitions_.clear();
     schedules_.clear();
   }
 
@@ -193,12 +191,14 @@ public:
   //! partitioner or the baselines' `even_layers`).
   template <layer_partitioner P>
   [[nodiscard]] module_plan module_plan_of(module_kind kind, const module_parallelism& degrees, const P& policy) {
-    // The search's partitioner and the baselines' even split are cached apart.
-    auto& cache = std::is_same_v<P, Partitioner> ? partitions_ : even_partitions_;
-    const auto key = std::make_tuple(kind, degrees.tp, degrees.pp);
-    auto found = cache.find(key);
-    if (found == cache.end())
-      found = cache.emplace(key, policy.partition(layer_costs(kind, degrees.tp), static_cast<std::size_t>(degrees.pp)))
+    // Keyed by the policy's name: the search's partitioner and the baselines'
+    // even split (or any other) never read each other's splits.
+    auto key = std::make_tuple(std::string(policy.name()), kind, degrees.tp, degrees.pp);
+    auto found = partitions_.find(key);
+    if (found == partitions_.end())
+      found = partitions_
+                  .emplace(std::move(key),
+                           policy.partition(layer_costs(kind, degrees.tp), static_cast<std::size_t>(degrees.pp)))
                   .first;
     return make_module_plan(degrees, found->second);
   }
@@ -574,8 +574,8 @@ private:
   tail_samples heaviest_;  // the workload's heaviest sample per module, alone
   std::vector<std::vector<sample>> tail_batches_;
   std::map<std::pair<module_kind, int>, module_cost> total_stage_cost_;
-  std::map<std::tuple<module_kind, int, int>, layer_partition> partitions_;
-  std::map<std::tuple<module_kind, int, int>, layer_partition> even_partitions_;
+  // Layer splits by (partitioner name, module, tp, pp).
+  std::map<std::tuple<std::string, module_kind, int, int>, layer_partition> partitions_;
   std::map<std::pair<int, int>, schedule_entry> schedules_;  // by (stages, microbatches)
   std::optional<std::pair<parallel_config, double>> closest_miss_;
 };
