@@ -2,10 +2,12 @@
 //! \file
 //! The default packer: the better of Karmarkar-Karp and LPT, then local search
 //! (moves and swaps out of the bottleneck bin) until the lower bound is reached
-//! or the budget runs out. Never worse than its start.
+//! or the budget runs out. Never worse than its start, nor (for N <=
+//! `detail::descent_sample_limit`) than `detail::lpt_descent`.
 #pragma once
 
 #include <dflop/plan/pack/karmarkar_karp_packer.hpp>
+#include <dflop/plan/pack/lpt_descent.hpp>
 #include <dflop/plan/pack/lpt_packer.hpp>
 #include <dflop/plan/pack/packer.hpp>
 #include <dflop/util/random.hpp>
@@ -280,13 +282,20 @@ private:
 //! bottleneck dimension plus a few random ones, drawn from the seed). Stops at
 //! the lower bound, when no step pays, or at the budget; small batches then get
 //! perturb-and-descend rounds. The makespan never rises.
+//!
+//! Where N <= `detail::descent_sample_limit`, the LPT start is first taken to a
+//! local optimum by the exhaustive descent of `detail::lpt_descent` (outside the
+//! budgets below), and the result is never worse than that descent's: the
+//! search continues from it, and if it started from Karmarkar-Karp instead and
+//! ends worse, the descent's packing is returned.
 struct refined_packer {
   //! Name used by tools and reports.
   static constexpr std::string_view name = "refined";
-  //! Most local-search steps; 0 picks 4 N + 256.
+  //! Most local-search steps; 0 picks 4 N + 256. (The LPT descent is not counted.)
   std::size_t iteration_budget = 0;
   //! Wall-clock limit of the local search in seconds; 0 means none. A limit
-  //! makes the result depend on timing, so it is off by default.
+  //! makes the result depend on timing, so it is off by default. The LPT
+  //! descent (N <= `detail::descent_sample_limit`) runs to its end regardless.
   double time_budget_seconds = 0;
   //! Lightest bins tried as partners per step when K is large.
   std::size_t partners = 24;
@@ -320,11 +329,26 @@ struct refined_packer {
       }
     }
     detail::bin_state state(costs, bins, options.caps, workspace);
-    try {  // Start 2: LPT; keep the better.
-      detail::greedy_fill(state, bins <= 128 ? bins : 4);  // every bin while that is cheap
-      detail::enforce_caps(state, name);
-      detail::fill_empty_bins(state);
-      if (state.makespan() >= start) state.load_assignment(workspace.saved_bin_of);
+    const bool descend = costs.samples() <= detail::descent_sample_limit;
+    double descended = std::numeric_limits<double>::infinity();  // the LPT descent's makespan, if run
+    bool at_descent = false;  // the state is the descent's local optimum
+    double bound = 0;
+    try {  // Start 2: LPT (as `lpt_descent` starts); keep the better.
+      detail::lpt_start(state, detail::lpt_start_candidates(bins), name);
+      bound = detail::lower_bound(costs, bins, workspace.scratch);
+      if (descend) {
+        // The simple local search this packer must never lose to, run from this
+        // very start (`lpt_descent`); it is exhaustive, so the search below
+        // starts from a local optimum of its own neighbourhood when it starts here.
+        detail::bottleneck_descent(state, bound);
+        descended = state.makespan();
+        workspace.descent_bin_of = workspace.bin_of;
+        at_descent = true;
+      }
+      if (state.makespan() >= start) {
+        state.load_assignment(workspace.saved_bin_of);
+        at_descent = false;
+      }
     } catch (const infeasible_error&) {
       if (failure) {  // neither balanced start meets the caps: fill by the caps first
         state.clear();
@@ -334,14 +358,22 @@ struct refined_packer {
       } else {
         state.load_assignment(workspace.saved_bin_of);
       }
+      bound = detail::lower_bound(costs, bins, workspace.scratch);
     }
     const std::size_t iterations = iteration_budget ? iteration_budget : 4 * costs.samples() + 256;
-    const double bound = detail::lower_bound(costs, bins, workspace.scratch);
     const std::size_t rounds = perturbations ? perturbations : (costs.samples() <= 64 ? 300 : 0);
-    detail::local_search search(state, bound,
-                                {iterations, time_budget_seconds, partners, random_partners, window, rounds, target_gap},
-                                options.seed);
-    search.run();
+    // From the descent's local optimum the search's steps (a subset of the
+    // descent's, same acceptance) find nothing: only perturbation rounds can help.
+    if (rounds > 0 || !at_descent) {
+      detail::local_search search(
+          state, bound, {iterations, time_budget_seconds, partners, random_partners, window, rounds, target_gap},
+          options.seed);
+      search.run();
+    }
+    // The search never raises its start's makespan, but from Karmarkar-Karp it
+    // may end above the descent (and reloading an assignment may move the last
+    // bit): then the descent's packing is returned as it is.
+    if (state.makespan() > descended) state.load_assignment(workspace.descent_bin_of);
     detail::write_packing(state, result, bound);
   }
 

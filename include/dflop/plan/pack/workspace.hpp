@@ -20,6 +20,7 @@
 #include <numeric>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace dflop {
@@ -47,6 +48,8 @@ struct pack_workspace {
   std::vector<double> peaks;                        //!< local search: peak per bin
   std::vector<double> window_costs;                 //!< local search: gathered costs of a window
   std::vector<std::uint32_t> window_samples;        //!< local search: gathered samples of a window
+  std::vector<std::pair<double, std::uint32_t>> ranked;  //!< LPT descent: (cost, sample) of a partner bin
+  std::vector<std::uint32_t> descent_bin_of;        //!< refined: the LPT descent's assignment
 };
 
 namespace detail {
