@@ -11,11 +11,23 @@
 //     FACTOR times the mean of the first three.
 //   fails STATUS TEXT -- COMMAND...
 //     the command exits with STATUS and its output contains TEXT.
+//   interleaved STEPS FIRST SECOND -- COMMAND...
+//     runs COMMAND --method FIRST --method SECOND (both methods side by side),
+//     then COMMAND --method FIRST and COMMAND --method SECOND alone, and checks the
+//     side-by-side run: every step k run once by each method, in turns (the
+//     first method rotating: step k starts with FIRST when k is even), on the
+//     same batch (same sample count); each method's losses, predicted seconds
+//     and microbatch counts those of its run alone (its own weights: relative
+//     1e-6 in the losses, the plan's figures exact); one summary per method
+//     whose medians and losses are its own steps', recomputed here; a
+//     comparison line whose per-step speedup is the median of SECOND's step over
+//     FIRST's on the same batch, recomputed here.
 #include "../command_runner.hpp"
 #include "../run_lines.hpp"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -88,6 +100,100 @@ void fails(int status, const std::string& text, const command& cmd) {
   if (outcome.output.find(text) == std::string::npos) fail("output lacks '" + text + "':\n" + outcome.output);
 }
 
+// Every JSON line of a run, by kind (several summaries, comparison lines).
+struct all_lines {
+  std::vector<nlohmann::json> steps, summaries, comparisons;
+};
+
+all_lines run_all(const command& cmd) {
+  const auto outcome = dflop::test::run_command(cmd);
+  if (outcome.status != 0) fail("exit status " + std::to_string(outcome.status) + "\n" + outcome.output);
+  all_lines out;
+  std::istringstream lines(outcome.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line.front() != '{') continue;
+    auto value = nlohmann::json::parse(line);
+    if (value.value("summary", false)) out.summaries.push_back(std::move(value));
+    else if (value.value("comparison", false)) out.comparisons.push_back(std::move(value));
+    else if (!value.value("check", false)) out.steps.push_back(std::move(value));
+  }
+  return out;
+}
+
+double median_of(std::vector<double> values) {
+  if (values.empty()) fail("no values to take the median of");
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+void near(double got, double wanted, double tolerance, const std::string& what) {
+  const double difference = std::abs(got - wanted) / std::max(std::abs(wanted), 1e-300);
+  if (!(difference <= tolerance))
+    fail(what + ": " + std::to_string(got) + " against " + std::to_string(wanted) + " (relative " +
+         std::to_string(difference) + " > " + std::to_string(tolerance) + ")");
+}
+
+void interleaved(std::size_t steps, const std::string& first, const std::string& second, const command& cmd) {
+  if (first == second) fail("interleaved needs two different methods");
+  const std::string methods[2] = {first, second};
+  command both = cmd;
+  for (const auto& m : methods) both.insert(both.end(), {"--method", m});
+  const all_lines together = run_all(both);
+  if (together.steps.size() != 2 * steps)
+    fail("expected " + std::to_string(2 * steps) + " step lines (two methods), got " +
+         std::to_string(together.steps.size()));
+  std::vector<double> measured[2];
+  for (std::size_t i = 0; i < 2; ++i) {
+    command alone = cmd;
+    alone.insert(alone.end(), {"--method", methods[i]});
+    const all_lines single = run_all(alone);
+    if (single.steps.size() != steps) fail("the " + methods[i] + " run alone printed another step count");
+    std::vector<double> losses;
+    for (std::size_t k = 0; k < steps; ++k) {
+      // Step k's two lines come in turn; the method that runs first rotates.
+      const std::size_t position = 2 * k + (k % 2 == 0 ? i : 1 - i);
+      const nlohmann::json& line = together.steps[position];
+      const nlohmann::json& other = together.steps[2 * k + (position % 2 == 0 ? 1 : 0)];
+      const std::string where = "step " + std::to_string(k) + " of " + methods[i];
+      if (line.value("method", "") != methods[i] || line.value("step", -1) != static_cast<int>(k))
+        fail(where + ": expected at line " + std::to_string(position) + ", found " + line.dump());
+      if (line.value("samples", -1) != other.value("samples", -2))
+        fail(where + ": not the same batch as the other method's step: " + line.dump() + " / " + other.dump());
+      const nlohmann::json& reference = single.steps[k];
+      near(number(line, "loss"), number(reference, "loss"), 1e-6, where + " loss against its run alone");
+      if (number(line, "predicted_seconds") != number(reference, "predicted_seconds"))
+        fail(where + ": predicted seconds differ from its run alone");
+      if (line.value("microbatches", -1) != reference.value("microbatches", -2))
+        fail(where + ": microbatches differ from its run alone");
+      if (number(line, "measured_seconds") <= 0) fail(where + ": took no time");
+      std::cerr << where << ": loss " << number(line, "loss") << " (alone " << number(reference, "loss")
+                << "), microbatches " << line["microbatches"] << ", measured " << number(line, "measured_seconds")
+                << " s\n";
+      measured[i].push_back(number(line, "measured_seconds"));
+      losses.push_back(number(line, "loss"));
+    }
+    const auto summary = std::find_if(together.summaries.begin(), together.summaries.end(),
+                                      [&](const nlohmann::json& s) { return s.value("method", "") == methods[i]; });
+    if (summary == together.summaries.end()) fail("no summary of " + methods[i]);
+    if (summary->value("steps", 0u) != steps) fail("the summary of " + methods[i] + " counts other steps");
+    near(number(*summary, "median_measured_seconds"), median_of(measured[i]), 1e-9,
+         methods[i] + "'s median measured step");
+    if (number(*summary, "first_loss") != losses.front() || number(*summary, "last_loss") != losses.back())
+      fail("the summary of " + methods[i] + " shows other losses than its steps");
+  }
+  if (together.summaries.size() != 2) fail("expected two summary lines");
+  if (together.comparisons.size() != 1) fail("expected one comparison line");
+  const nlohmann::json& comparison = together.comparisons.front();
+  if (comparison.value("method", "") != first || comparison.value("over", "") != second)
+    fail("the comparison is not of " + first + " over " + second + ": " + comparison.dump());
+  std::vector<double> per_step;
+  for (std::size_t k = 0; k < steps; ++k) per_step.push_back(measured[1][k] / measured[0][k]);
+  near(number(comparison, "speedup_measured_per_step"), median_of(per_step), 1e-9, "per-step speedup");
+  near(number(comparison, "speedup_measured"), median_of(measured[1]) / median_of(measured[0]), 1e-9,
+       "speedup of the medians");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,6 +207,7 @@ int main(int argc, char** argv) {
     if (mode == "agrees" && split == 3) agrees(std::stod(args[1]), std::stoul(args[2]), cmd);
     else if (mode == "falls" && split == 3) falls(std::stoul(args[1]), std::stod(args[2]), cmd);
     else if (mode == "fails" && split == 3) fails(std::stoi(args[1]), args[2], cmd);
+    else if (mode == "interleaved" && split == 4) interleaved(std::stoul(args[1]), args[2], args[3], cmd);
     else fail("unknown mode or wrong arguments: " + mode);
     std::cerr << "ok\n";
     return 0;
