@@ -35,7 +35,7 @@ struct ranked {
 double slowest_stage(scorer_type& scorer, module_kind kind, const module_parallelism& degrees, std::size_t count) {
   const std::vector<sample> microbatch(count, scorer.mean_sample());
   const module_cost cost = scorer.cost().estimate_time(kind, degrees.tp, microbatch);
-  const module_plan plan = scorer.module_plan_of(kind, degrees, even_layers{});
+  const module_plan plan = scorer.layouts().module_plan_of(kind, degrees, even_layers{});
   double slowest = 0;
   for (int s = 0; s < degrees.pp; ++s) slowest = std::max(slowest, cost.stage(plan.slice(s), degrees.recompute).total());
   return slowest;
@@ -56,10 +56,10 @@ std::vector<ranked> brute_force(scorer_type& scorer, const std::vector<detail::p
     };
     const sample llm_tail = merged(per_bin), encoder_tail = merged(per_part);
     const detail::microbatch_views tails{{&llm_tail, 1}, {&encoder_tail, 1}};
-    for (const parallel_config& config : scorer.memory_variants(c.config)) {
+    for (const parallel_config& config : scorer.checks().memory_variants(c.config)) {
       const double shortfall = method == detail::baseline_method::dflop_reference
-                                   ? scorer.reference_memory_shortfall(config, tails)
-                                   : scorer.memory_shortfall(config, even_layers{}, tails);
+                                   ? scorer.checks().reference_memory_shortfall(config, tails)
+                                   : scorer.checks().memory_shortfall(config, even_layers{}, tails);
       if (shortfall > 0) continue;
       const double slowest = std::max(slowest_stage(scorer, module_kind::encoder, config.encoder, per_part),
                                       slowest_stage(scorer, module_kind::llm, config.llm, per_bin));

@@ -134,11 +134,12 @@ public:
     }
     result.search.baseline_seconds = lap();
     const auto best = search(result.search, baseline_configs);
-    if (!best) throw infeasible_error(scorer_.closest_miss_text());
+    if (!best) throw infeasible_error(scorer_.checks().closest_miss_text());
     result.chosen = *best;
-    result.memory = scorer_.stage_memories(best->config, scorer_.partitioner(), tail_cache_);
-    result.memory_cap = scorer_.estimate_cap(scorer_.layout_of(best->config, scorer_.partitioner()), settings.batch,
-                                             workload, settings.cap_check_batches, settings.seed ^ cap_check_salt);
+    result.memory = scorer_.checks().stage_memories(best->config, scorer_.partitioner(), tail_cache_);
+    result.memory_cap = scorer_.scoring().estimate_cap(scorer_.layouts().layout_of(best->config, scorer_.partitioner()),
+                                                       scorer_.pack_policy(), settings.batch, workload,
+                                                       settings.cap_check_batches, settings.seed ^ cap_check_salt);
     result.search.scoring_seconds = lap();
     result.search.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return result;
@@ -152,14 +153,14 @@ public:
   //! or tail batch cannot be packed within the memory budget or the workload's
   //! heaviest sample does not fit alone. Call after `make_plan`, or after `prepare(workload)`.
   [[nodiscard]] std::optional<double> score(const parallel_config& config) {
-    if (scorer_.memory_shortfall(config, scorer_.partitioner(), scorer_.heaviest_samples()) > 0) return std::nullopt;
+    if (scorer_.checks().memory_shortfall(config, scorer_.partitioner(), scorer_.heaviest_samples()) > 0) return std::nullopt;
     if (!tail_batches_fit(config)) return std::nullopt;
-    const auto layout = scorer_.layout_of(config, scorer_.partitioner());
+    const auto layout = scorer_.layouts().layout_of(config, scorer_.partitioner());
     detail::tail_samples tails;
     try {
-      const double seconds = scorer_.simulate_all(layout, scorer_.pack_policy(), scorer_.options().batch, &tails,
+      const double seconds = scorer_.scoring().simulate_all(layout, scorer_.pack_policy(), scorer_.options().batch, &tails,
                                                   detail::tail_rule::heaviest);
-      if (scorer_.memory_shortfall(config, scorer_.partitioner(), tails) > 0) return std::nullopt;
+      if (scorer_.checks().memory_shortfall(config, scorer_.partitioner(), tails) > 0) return std::nullopt;
       return seconds;
     } catch (const memory_cap_error&) {
       return std::nullopt;
@@ -194,13 +195,13 @@ public:
   //! recomputation (one more forward) of the encoder, of the LLM, of both.
   //! Only a memory model that prices `memory_choices` gets more than `base`.
   [[nodiscard]] std::vector<parallel_config> memory_variants(const parallel_config& base) const {
-    return scorer_.memory_variants(base);
+    return scorer_.checks().memory_variants(base);
   }
 
   //! The layout (layer splits, op lists) of a chosen method's configuration.
   [[nodiscard]] plan_layout layout_of(const method_result& chosen) {
-    if (chosen.method == "dflop") return scorer_.layout_of(chosen.config, scorer_.partitioner());
-    return scorer_.layout_of(chosen.config, even_layers{});
+    if (chosen.method == "dflop") return scorer_.layouts().layout_of(chosen.config, scorer_.partitioner());
+    return scorer_.layouts().layout_of(chosen.config, even_layers{});
   }
 
   //! Schedules one global batch for the chosen plan exactly as it was scored.
@@ -228,7 +229,7 @@ private:
     std::string text = std::to_string(unfittable.size()) + " sample" + (unfittable.size() == 1 ? "" : "s") +
                        " cannot fit in memory under any configuration of " + scorer_.model().name + " on " +
                        std::to_string(scorer_.cluster().gpus) + " x " + scorer_.cluster().gpu.name + " (" +
-                       detail::format_fixed(scorer_.capacity() / (1 << 30), 1) +
+                       detail::format_fixed(scorer_.checks().capacity() / (1 << 30), 1) +
                        " GiB usable per GPU), even alone in a microbatch with every memory saver on: ";
     for (std::size_t k = 0; k < std::min<std::size_t>(unfittable.size(), 10); ++k) {
       const sample& s = workload[unfittable[k]];
@@ -259,7 +260,8 @@ private:
 
   // Whether `config`'s tail batches pack within the memory budget.
   [[nodiscard]] bool tail_batches_fit(const parallel_config& config) {
-    return scorer_.tail_batches_fit(scorer_.layout_of(config, scorer_.partitioner()), scorer_.options().batch);
+    return scorer_.scoring().tail_batches_fit(scorer_.layouts().layout_of(config, scorer_.partitioner()),
+                                              scorer_.pack_policy(), scorer_.options().batch);
   }
 
   // Scores `base` with the cheapest memory variant whose typical microbatches
@@ -267,46 +269,46 @@ private:
   // nullopt (with the miss noted) when none fits.
   [[nodiscard]] std::optional<scanned> scan_candidate(const detail::plan_candidate& c, const batch_options& options,
                                                       search_statistics& statistics, bool allow_recompute) {
-    auto variants = scorer_.memory_variants(c.config);
+    auto variants = scorer_.checks().memory_variants(c.config);
     if (!allow_recompute)
       std::erase_if(variants, [](const parallel_config& v) { return v.encoder.recompute || v.llm.recompute; });
     std::size_t next = 0;
-    const detail::tail_samples typical = scorer_.typical_microbatches(c.config);  // the same for every variant
+    const detail::tail_samples typical = scorer_.scoring().typical_microbatches(c.config);  // the same for every variant
     // A variant must hold a typical microbatch and the workload's heaviest sample alone.
     const auto fits_quickly = [&]() {
       for (; next < variants.size(); ++next) {
         const double shortfall =
-            std::max(scorer_.memory_shortfall(variants[next], scorer_.partitioner(), typical),
-                     scorer_.memory_shortfall(variants[next], scorer_.partitioner(), scorer_.heaviest_samples()));
+            std::max(scorer_.checks().memory_shortfall(variants[next], scorer_.partitioner(), typical),
+                     scorer_.checks().memory_shortfall(variants[next], scorer_.partitioner(), scorer_.heaviest_samples()));
         if (shortfall <= 0) return true;
-        scorer_.note_miss(variants[next], shortfall);
+        scorer_.checks().note_miss(variants[next], shortfall);
       }
       return false;
     };
     while (fits_quickly()) {
       const parallel_config& config = variants[next];
-      const plan_layout layout = scorer_.layout_of(config, scorer_.partitioner());
+      const plan_layout layout = scorer_.layouts().layout_of(config, scorer_.partitioner());
       detail::tail_samples tails;
       double seconds = 0;
       try {
-        seconds = scorer_.simulate_all(layout, scorer_.pack_policy(), options, &tails, detail::tail_rule::heaviest);
+        seconds = scorer_.scoring().simulate_all(layout, scorer_.pack_policy(), options, &tails, detail::tail_rule::heaviest);
       } catch (const memory_cap_error& failure) {  // a sampled batch cannot be packed within the budget
         ++statistics.simulated;
-        scorer_.note_miss(config, failure.excess_bytes());
+        scorer_.checks().note_miss(config, failure.excess_bytes());
         ++next;
         continue;
       }
       ++statistics.simulated;
-      if (const double shortfall = scorer_.memory_shortfall(config, scorer_.partitioner(), tails); shortfall > 0) {
-        scorer_.note_miss(config, shortfall);
+      if (const double shortfall = scorer_.checks().memory_shortfall(config, scorer_.partitioner(), tails); shortfall > 0) {
+        scorer_.checks().note_miss(config, shortfall);
         ++next;
         // Variants that change no time (the distributed optimizer) reuse this simulation.
         for (; next < variants.size() && variants[next].encoder.recompute == config.encoder.recompute &&
                variants[next].llm.recompute == config.llm.recompute;
              ++next) {
-          const double sharded = scorer_.memory_shortfall(variants[next], scorer_.partitioner(), tails);
+          const double sharded = scorer_.checks().memory_shortfall(variants[next], scorer_.partitioner(), tails);
           if (sharded <= 0) return scanned{seconds, variants[next], c.estimate};
-          scorer_.note_miss(variants[next], sharded);
+          scorer_.checks().note_miss(variants[next], sharded);
         }
         continue;
       }
@@ -361,7 +363,7 @@ private:
       ++(found->config.encoder.recompute || found->config.llm.recompute ? recomputing : fitting);
       finalists.push_back(*found);
       if (new_best) {
-        const plan_layout layout = scorer_.layout_of(found->config, scorer_.partitioner());
+        const plan_layout layout = scorer_.layouts().layout_of(found->config, scorer_.partitioner());
         best = method_result{"dflop", found->config, layout.encoder, layout.llm, c.estimate, found->seconds, true, 0, 0};
       }
     }
@@ -390,19 +392,19 @@ private:
     best.reset();
     const auto finals_started = std::chrono::steady_clock::now();
     for (const scanned& finalist : finalists) {
-      const plan_layout layout = scorer_.layout_of(finalist.config, scorer_.partitioner());
+      const plan_layout layout = scorer_.layouts().layout_of(finalist.config, scorer_.partitioner());
       detail::tail_samples tails;
       double seconds = 0;
       try {
-        seconds = scorer_.simulate_all(layout, scorer_.pack_policy(), settings.batch, &tails,
+        seconds = scorer_.scoring().simulate_all(layout, scorer_.pack_policy(), settings.batch, &tails,
                                        detail::tail_rule::heaviest);
       } catch (const memory_cap_error&) {  // packed in another order, a batch no longer fits
         continue;
       }
-      if (scorer_.memory_shortfall(finalist.config, scorer_.partitioner(), tails) > 0) continue;  // another slot order, another tail: still must fit
+      if (scorer_.checks().memory_shortfall(finalist.config, scorer_.partitioner(), tails) > 0) continue;  // another slot order, another tail: still must fit
       if (!best || seconds < best->iteration_seconds) {
         best = method_result{"dflop", finalist.config, layout.encoder, layout.llm, finalist.estimate, seconds, true, 0, 0};
-        best->peak_memory_gib = detail::peak_gib(scorer_.stage_memories(finalist.config, scorer_.partitioner(), tails));
+        best->peak_memory_gib = detail::peak_gib(scorer_.checks().stage_memories(finalist.config, scorer_.partitioner(), tails));
         tail_cache_ = std::move(tails);
       }
     }

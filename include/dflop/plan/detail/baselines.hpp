@@ -78,7 +78,7 @@ public:
       const entry top = queue_.back();
       queue_.pop_back();
       if (top.variant != unresolved) return result_of(top);
-      const auto variants = scorer_->memory_variants(candidates_[top.candidate].config);
+      const auto variants = scorer_->checks().memory_variants(candidates_[top.candidate].config);
       const auto variant = first_fitting_variant(variants, candidates_[top.candidate].config);
       if (variant == variants.size()) continue;
       const entry resolved{estimate(variants[variant]), top.candidate, static_cast<std::uint8_t>(variant)};
@@ -138,7 +138,7 @@ private:
     auto found = slowest_.find(key);
     if (found != slowest_.end()) return found->second;
     const module_cost cost = scorer_->cost().estimate_time(kind, degrees.tp, mean_microbatch(count));
-    const module_plan plan = scorer_->module_plan_of(kind, degrees, even_layers{});
+    const module_plan plan = scorer_->layouts().module_plan_of(kind, degrees, even_layers{});
     double slowest = 0;
     for (int s = 0; s < degrees.pp; ++s) slowest = std::max(slowest, cost.stage(plan.slice(s), degrees.recompute).total());
     return slowest_.emplace(key, slowest).first->second;
@@ -156,19 +156,19 @@ private:
   std::size_t first_fitting_variant(const std::vector<parallel_config>& variants, const parallel_config& base) {
     const microbatch_views mean_microbatches{merged_microbatch(per_bin(base)), merged_microbatch(per_encoder_part(base))};
     for (std::size_t v = 0; v < variants.size(); ++v) {
-      const double shortfall = reference_ ? scorer_->reference_memory_shortfall(variants[v], mean_microbatches)
-                                          : scorer_->memory_shortfall(variants[v], even_layers{}, mean_microbatches);
+      const double shortfall = reference_ ? scorer_->checks().reference_memory_shortfall(variants[v], mean_microbatches)
+                                          : scorer_->checks().memory_shortfall(variants[v], even_layers{}, mean_microbatches);
       if (shortfall <= 0) return v;
     }
     return variants.size();
   }
 
   method_result result_of(const entry& e) {
-    const parallel_config config = scorer_->memory_variants(candidates_[e.candidate].config)[e.variant];
+    const parallel_config config = scorer_->checks().memory_variants(candidates_[e.candidate].config)[e.variant];
     return method_result{reference_ ? "dflop_reference" : "data_blind",
                          config,
-                         scorer_->module_plan_of(module_kind::encoder, config.encoder, even_layers{}),
-                         scorer_->module_plan_of(module_kind::llm, config.llm, even_layers{}),
+                         scorer_->layouts().module_plan_of(module_kind::encoder, config.encoder, even_layers{}),
+                         scorer_->layouts().module_plan_of(module_kind::llm, config.llm, even_layers{}),
                          e.estimate,
                          0,
                          true,
@@ -190,15 +190,15 @@ private:
 //! layers, round-robin slots in arrival order, the method's packer.
 template <class Scorer>
 [[nodiscard]] method_result score_baseline(Scorer& scorer, method_result choice) {
-  const plan_layout layout = scorer.layout_of(choice.config, even_layers{});
+  const plan_layout layout = scorer.layouts().layout_of(choice.config, even_layers{});
   const batch_options options = as_baselines_run(scorer.options().batch);
   tail_samples tails;
   if (choice.method == "data_blind")
-    choice.iteration_seconds = scorer.simulate_all(layout, sequential_packer{}, options, &tails, tail_rule::p99);
+    choice.iteration_seconds = scorer.scoring().simulate_all(layout, sequential_packer{}, options, &tails, tail_rule::p99);
   else
-    choice.iteration_seconds = scorer.simulate_all(layout, refined_packer{}, options, &tails, tail_rule::p99);
-  choice.peak_memory_gib = peak_gib(scorer.stage_memories(choice.config, even_layers{}, tails));
-  choice.fits_memory = scorer.memory_shortfall(choice.config, even_layers{}, tails) <= 0;
+    choice.iteration_seconds = scorer.scoring().simulate_all(layout, refined_packer{}, options, &tails, tail_rule::p99);
+  choice.peak_memory_gib = peak_gib(scorer.checks().stage_memories(choice.config, even_layers{}, tails));
+  choice.fits_memory = scorer.checks().memory_shortfall(choice.config, even_layers{}, tails) <= 0;
   return choice;
 }
 
@@ -219,14 +219,14 @@ template <class Scorer>
     if (!next) break;
     method_result& choice = *next;
     // Out of memory is known from the packing alone: no need to simulate it.
-    const plan_layout layout = scorer.layout_of(choice.config, even_layers{});
+    const plan_layout layout = scorer.layouts().layout_of(choice.config, even_layers{});
     const batch_options options = as_baselines_run(scorer.options().batch);
     const tail_samples tails = method == baseline_method::dflop_reference
-                                   ? scorer.assigned_tails(layout, refined_packer{}, options)
-                                   : scorer.assigned_tails(layout, sequential_packer{}, options);
-    if (scorer.memory_shortfall(choice.config, even_layers{}, tails) > 0) {
+                                   ? scorer.scoring().assigned_tails(layout, refined_packer{}, options)
+                                   : scorer.scoring().assigned_tails(layout, sequential_packer{}, options);
+    if (scorer.checks().memory_shortfall(choice.config, even_layers{}, tails) > 0) {
       if (!with_savers)
-        if (const auto saver = scorer.next_fitting_variant(choice.config, tails)) {
+        if (const auto saver = scorer.checks().next_fitting_variant(choice.config, tails)) {
           with_savers = choice;
           with_savers->config = *saver;
           with_savers->encoder.degrees = saver->encoder;

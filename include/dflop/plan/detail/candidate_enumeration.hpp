@@ -153,8 +153,8 @@ private:
   [[nodiscard]] const module_info& info_of(module_kind kind, const module_parallelism& d) {
     const auto key = std::make_tuple(kind, d.tp, d.pp, d.dp);
     if (auto found = module_infos_.find(key); found != module_infos_.end()) return found->second;
-    module_info info{scorer_.module_plan_of(kind, d, scorer_.partitioner()), 0, 0};
-    const module_cost& whole = scorer_.batch_cost(kind, d.tp);
+    module_info info{scorer_.layouts().module_plan_of(kind, d, scorer_.partitioner()), 0, 0};
+    const module_cost& whole = scorer_.layouts().batch_cost(kind, d.tp);
     // A configuration whose placement puts this module's data-parallel group
     // across nodes pays the network; the module's own degrees decide that.
     parallel_config placement;

@@ -66,7 +66,7 @@ public:
     // What each configuration holds: the first `held` samples of each module's order.
     std::vector<std::pair<std::size_t, std::size_t>> held;
     for (const plan_candidate& candidate : candidates) {
-      const parallel_config saver = scorer_.memory_variants(candidate.config).back();
+      const parallel_config saver = scorer_.checks().memory_variants(candidate.config).back();
       const std::size_t encoder = held_samples(module_kind::encoder, saver.encoder);
       const std::size_t llm = held_samples(module_kind::llm, saver.llm);
       if (encoder != no_weights && llm != no_weights) held.emplace_back(encoder, llm);
@@ -99,12 +99,12 @@ private:
     const auto key = std::make_tuple(kind, degrees.tp, degrees.pp, degrees.dp, degrees.recompute,
                                      degrees.distributed_optimizer);
     if (auto found = held_.find(key); found != held_.end()) return found->second;
-    const module_plan plan = scorer_.module_plan_of(kind, degrees, scorer_.partitioner());
+    const module_plan plan = scorer_.layouts().module_plan_of(kind, degrees, scorer_.partitioner());
     const auto fits = [&](std::span<const sample> microbatch) {
       for (int stage = 0; stage < degrees.pp; ++stage) {
         const auto bytes = estimate_memory_with(scorer_.memory(), kind, degrees.tp, plan.slice(stage), 1, microbatch,
                                                 memory_choices_of(degrees));
-        if (static_cast<double>(bytes.total()) > scorer_.capacity()) return false;
+        if (static_cast<double>(bytes.total()) > scorer_.checks().capacity()) return false;
       }
       return true;
     };
