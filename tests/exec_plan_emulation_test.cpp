@@ -102,5 +102,9 @@ TEST_CASE("emulated stages: blocks are per-sample, scaled from the model's activ
   CHECK(llm_first.output_bytes(mb) == llm_rows);
   CHECK(llm_last.input_bytes(mb) == llm_rows);
   CHECK(llm_last.output_bytes(mb) == 0);
+  // Bytes follow the element size (e.g. fp32 activations move twice bf16's).
+  const emulated_stage fp32_first(assignment_of(layout, 0), model, {.byte_scale = scale, .element_bytes = 4});
+  CHECK(fp32_first.output_bytes(mb) == encoder_rows(768.0 * 4));
   CHECK_THROWS_AS(emulated_stage(assignment_of(layout, 0), model, {.time_scale = -1}), input_error);
+  CHECK_THROWS_AS(emulated_stage(assignment_of(layout, 0), model, {.element_bytes = 0}), input_error);
 }

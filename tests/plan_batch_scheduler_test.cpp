@@ -217,3 +217,40 @@ TEST_CASE("reprice keeps the assignment and order and prices them under another 
   batch_schedule wrong = scheduled;
   CHECK_THROWS_AS(scheduler(model, cluster, once, memory).reprice(other, batch, options, wrong), input_error);
 }
+
+namespace {
+// `no_gradient_memory` storing activations in fp32 (4 bytes an element).
+struct fp32_activation_memory : no_gradient_memory {
+  [[nodiscard]] std::int64_t activation_element_bytes() const { return 4; }
+};
+}  // namespace
+
+TEST_CASE("stage-to-stage sends are priced in the memory model's activation precision", "[plan][scheduler]") {
+  const auto model = test::small_model();
+  CHECK(activation_element_bytes(no_gradient_memory{}) == 2);  // bf16 unless the model says
+  CHECK(activation_element_bytes(fp32_activation_memory{}) == 4);
+  memory_options fp32_options;
+  fp32_options.precision.activation_bytes = 4;
+  CHECK(activation_element_bytes(analytic_memory_model(model)) == 2);
+  CHECK(activation_element_bytes(analytic_memory_model(model, fp32_options)) == 4);
+
+  const auto layout = llm_only_layout({1, 4, 2}, 6, model.llm.layers, "1f1b");
+  const auto batch = sample_batch(test::small_workload(), 48, batch_mode::without_replacement, 5);
+  const batch_options options{.seed = 2};
+  auto no_latency = test::small_cluster(layout.config.gpus(), 8);
+  no_latency.gpu.latency = 0;  // transfer time is then bytes / bandwidth: exactly twice for twice the bytes
+  const fitted_cost_model cost = llm_only_model();
+  const no_gradient_memory bf16_memory;
+  const fp32_activation_memory fp32_memory;
+  const batch_schedule bf16 =
+      batch_scheduler<fitted_cost_model, no_gradient_memory, refined_packer>(model, no_latency, cost, bf16_memory)
+          .schedule(layout, batch, options);
+  batch_schedule fp32 = bf16;
+  batch_scheduler<fitted_cost_model, fp32_activation_memory, refined_packer>(model, no_latency, cost, fp32_memory)
+      .reprice(layout, batch, options, fp32);
+  const auto& sends = bf16.costs.llm.transfer;
+  REQUIRE(sends.size() == fp32.costs.llm.transfer.size());
+  REQUIRE(std::any_of(sends.begin(), sends.end(), [](double t) { return t > 0; }));
+  for (std::size_t i = 0; i < sends.size(); ++i) CHECK(fp32.costs.llm.transfer[i] == 2 * sends[i]);
+  CHECK(fp32.predicted_seconds > bf16.predicted_seconds);
+}

@@ -113,6 +113,10 @@ public:
            (slice.head ? model_.llm.head_parameters() : 0);
   }
 
+  //! Bytes per activation element (`precision_config::activation_bytes`): what
+  //! stage-to-stage sends and encoder hand-offs are priced with.
+  [[nodiscard]] std::int64_t activation_element_bytes() const noexcept { return options_.precision.activation_bytes; }
+
   //! Activation bytes per GPU for `in_flight` microbatches of `shape` (see the class comment).
   [[nodiscard]] std::int64_t activation_bytes(module_kind kind, int tp, stage_slice slice, int in_flight,
                                               const microbatch_shape& shape) const {

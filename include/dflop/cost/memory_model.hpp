@@ -109,4 +109,17 @@ template <memory_model Model>
     return memory.estimate_memory(kind, tp, slice, in_flight, microbatch);
 }
 
+//! Bytes per activation element in the memory model's precision: what one
+//! element of a hidden state takes when a stage sends it to the next or an
+//! encoder hands its projected tokens to the LLM. A model may say with
+//! `std::int64_t activation_element_bytes() const`; otherwise bf16's 2, the
+//! precision the shipped models assume.
+template <memory_model Model>
+[[nodiscard]] std::int64_t activation_element_bytes(const Model& memory) {
+  if constexpr (requires { { memory.activation_element_bytes() } -> std::convertible_to<std::int64_t>; })
+    return memory.activation_element_bytes();
+  else
+    return 2;
+}
+
 }  // namespace dflop

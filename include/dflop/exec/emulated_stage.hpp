@@ -44,9 +44,13 @@ struct emulation_options {
   //! Each op sleeps its cost-model time times this (1: real time; 0.01: a 1 s
   //! iteration in 10 ms). Keep ops above a millisecond: sleeps are not precise below.
   double time_scale = 1;
-  //! Activation bytes moved, as a fraction of the model's (bf16, per TP rank);
-  //! each sample's block is rounded up to whole 8-byte words, at least one.
+  //! Activation bytes moved, as a fraction of the model's (`element_bytes` per
+  //! element, per TP rank); each sample's block is rounded up to whole 8-byte
+  //! words, at least one.
   double byte_scale = 1.0 / 1024;
+  //! Bytes per activation element of the emulated model: keep it the memory
+  //! model's (`activation_element_bytes`), 2 for bf16.
+  double element_bytes = 2;
 };
 
 //! A device-less stage for any rank of a plan (see the file comment). Call
@@ -60,11 +64,14 @@ public:
       throw input_error("time_scale", 0, "must be finite and >= 0");
     if (!(options.byte_scale > 0) || !std::isfinite(options.byte_scale))
       throw input_error("byte_scale", 0, "must be finite and > 0");
+    if (!(options.element_bytes > 0) || !std::isfinite(options.element_bytes))
+      throw input_error("element_bytes", 0, "must be finite and > 0");
     const double tp = assignment.tp_size;
-    encoder_bytes_per_token_ = static_cast<double>(model.encoder.hidden) * 2.0 / tp * options.byte_scale;
-    llm_bytes_per_token_ = static_cast<double>(model.llm.hidden) * 2.0 / tp * options.byte_scale;
+    const double scale = options.element_bytes * options.byte_scale;
+    encoder_bytes_per_token_ = static_cast<double>(model.encoder.hidden) * scale / tp;
+    llm_bytes_per_token_ = static_cast<double>(model.llm.hidden) * scale / tp;
     // The hand-off moves projected tokens (LLM width) whole to TP rank 0, then to its peers.
-    handoff_bytes_per_token_ = static_cast<double>(model.llm.hidden) * 2.0 * options.byte_scale;
+    handoff_bytes_per_token_ = static_cast<double>(model.llm.hidden) * scale;
     (void)sleep_overshoot();  // calibrated now, not inside the first op
   }
 

@@ -515,6 +515,7 @@ private:
     else
       costs.weight.clear();
     const double hidden = static_cast<double>(kind == module_kind::encoder ? model_->encoder.hidden : model_->llm.hidden);
+    const auto element_bytes = static_cast<double>(activation_element_bytes(*memory_));
     for (std::uint32_t q = 0; q < costs.replicas; ++q)
       for (std::uint32_t k = 0; k < m; ++k) {
         const auto& members = microbatches[static_cast<std::size_t>(q) * m + k];
@@ -526,8 +527,8 @@ private:
           tokens += static_cast<double>(kind == module_kind::encoder ? batch[i].encoder_tokens : batch[i].llm_tokens);
         }
         const module_cost unit = cost_->estimate_time(kind, d.tp, gathered_);
-        // Activations leave a stage split over its TP ranks (bf16), each over its own link.
-        const double bytes = tokens * hidden * 2.0 / d.tp;
+        // Activations leave a stage split over its TP ranks, each over its own link.
+        const double bytes = tokens * hidden * element_bytes / d.tp;
         for (std::uint32_t s = 0; s < stages; ++s) {
           const std::size_t at = costs.at(q, k, s, m);
           const pass_time time = unit.stage(plan.slice(static_cast<int>(s)), d.recompute);
@@ -575,7 +576,8 @@ private:
                 options.weight_gradient_share, costs.llm);
 
     // Hand-offs: each encoder replica sends each LLM replica the projected tokens
-    // (LLM hidden size, bf16) of exactly the samples that replica needs.
+    // (LLM hidden size, in the memory model's activation precision) of exactly
+    // the samples that replica needs.
     const auto encoder_replicas = c.has_encoder() ? static_cast<std::size_t>(c.encoder.dp) : 0;
     const auto llm_replicas = static_cast<std::size_t>(c.llm.dp);
     costs.handoffs.assign(encoder_replicas * m * llm_replicas, handoff{});
@@ -584,20 +586,21 @@ private:
     for (std::size_t r = 0; r < llm_replicas; ++r)
       for (std::uint32_t k = 0; k < m; ++k)
         for (std::uint32_t i : out.llm_microbatches[r * m + k]) owner_[i] = static_cast<std::uint32_t>(r);
-    const double projected_bytes_per_token = static_cast<double>(model_->llm.hidden) * 2.0;
+    const double projected_bytes_per_token =
+        static_cast<double>(model_->llm.hidden) * static_cast<double>(activation_element_bytes(*memory_));
     for (std::size_t e = 0; e < encoder_replicas; ++e)
       for (std::uint32_t k = 0; k < m; ++k) {
+        handoff_bytes_.assign(llm_replicas, 0.0);
         for (std::uint32_t i : out.encoder_parts[e * m + k]) {
-          handoff& h = costs.handoffs[costs.handoff_at(static_cast<std::uint32_t>(e), k, owner_[i])];
-          h.feeds = true;
-          h.seconds += static_cast<double>(batch[i].encoder_tokens) * projected_bytes_per_token;  // bytes for now
+          costs.handoffs[costs.handoff_at(static_cast<std::uint32_t>(e), k, owner_[i])].feeds = true;
+          handoff_bytes_[owner_[i]] += static_cast<double>(batch[i].encoder_tokens) * projected_bytes_per_token;
         }
         for (std::size_t r = 0; r < llm_replicas; ++r) {
           handoff& h = costs.handoffs[costs.handoff_at(static_cast<std::uint32_t>(e), k, static_cast<std::uint32_t>(r))];
           if (!h.feeds) continue;
           const int from = ranks.first_gpu(module_kind::encoder, static_cast<int>(e), c.encoder.pp - 1);
           const int to = ranks.first_gpu(module_kind::llm, static_cast<int>(r), 0);
-          h.seconds = transfer_seconds(h.seconds, ranks.link_between(from, to));
+          h.seconds = transfer_seconds(handoff_bytes_[r], ranks.link_between(from, to));
         }
       }
   }
@@ -623,6 +626,7 @@ private:
   std::vector<double> encoder_cost_, sample_costs_, bin_encoder_, bin_llm_, slot_load_, replica_load_, encoder_load_;
   std::vector<std::size_t> bin_target_, slot_fill_;
   std::vector<std::uint32_t> order_, slot_of_bin_, slot_bins_, slot_samples_, owner_;
+  std::vector<double> handoff_bytes_;  // bytes one encoder part sends each LLM replica
   std::vector<char> replica_taken_;
   std::vector<sample> gathered_;
   cost_matrix matrix_;
