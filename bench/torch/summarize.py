@@ -34,6 +34,12 @@ def main(folder):
             "op_error_cpu": statistics.median(s["op_prediction_cpu"]["all"]["median_abs_error"] for s in summaries),
             "op_error_wall": statistics.median(s["op_prediction"]["all"]["median_abs_error"] for s in summaries),
             "ops_per_job": summaries[0]["op_prediction"]["all"]["ops"],
+            "op_error_cpu_per_job": [s["op_prediction_cpu"]["all"]["median_abs_error"] for s in summaries],
+            # per module and pass: median over the jobs of the signed and absolute medians
+            "op_error_cpu_parts": {
+                part: {"signed": statistics.median(s["op_prediction_cpu"][part]["median_error"] for s in summaries),
+                       "abs": statistics.median(s["op_prediction_cpu"][part]["median_abs_error"] for s in summaries)}
+                for part in ("encoder_forward", "encoder_backward", "llm_forward", "llm_backward")},
         }
     comparisons = [next(l for l in job if l.get("comparison")) for job in jobs]
     if comparisons:
@@ -59,6 +65,13 @@ def main(folder):
             t = table[method]
             print(f"| {method} | {t['config']} | {t['measured_seconds']:.3f} s | {t['predicted_seconds']:.3f} s | "
                   f"{t['measured_over_predicted']:.3f} | {100 * t['op_error_cpu']:.1f}% | {100 * t['op_error_wall']:.1f}% |",
+                  file=sys.stderr)
+    for method in ("dflop", "data_blind"):
+        if method in table:
+            t = table[method]
+            print(f"{method}: op error (CPU) per job " + ", ".join(f"{100 * x:.1f}%" for x in t["op_error_cpu_per_job"])
+                  + "; per part signed / abs: " + ", ".join(
+                      f"{part} {100 * v['signed']:+.1f}% / {100 * v['abs']:.1f}%" for part, v in t["op_error_cpu_parts"].items()),
                   file=sys.stderr)
     if "speedup" in table:
         s = table["speedup"]

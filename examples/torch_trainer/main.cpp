@@ -51,6 +51,9 @@ struct options {
   std::vector<double> encoder_sizes{64, 256, 640, 1280, 2560};
   std::vector<double> llm_sizes{32, 128, 320, 640, 1280};
   int repeats = 5;
+  int warmup = 2;            // --profile-warmup
+  int passes = 1;            // --profile-passes
+  std::string profile_module = "all";  // --profile-module
   bool cpu_clock = false;    // --profile-clock cpu
   double flush_mib = 0;      // --profile-flush-mib
 };
@@ -62,12 +65,15 @@ bool launched_by_mpirun() {
 
 dflop::profile profile_now(const options& o, std::ostream* progress) {
   dflop::profiler_options profiling;
-  profiling.warmup = 2;
+  profiling.warmup = o.warmup;
   profiling.repeats = o.repeats;
   profiling.progress = progress;
   profiling.source = o.profile_out.empty() ? "profile" : o.profile_out;
-  return profile_model(o.run.model, {o.encoder_sizes, o.llm_sizes}, profiling, o.cpu_clock,
-                       static_cast<std::size_t>(o.flush_mib * 1048576.0));
+  const bool encoder = o.profile_module != "llm", llm = o.profile_module != "encoder";
+  return profile_model(o.run.model,
+                       {encoder ? o.encoder_sizes : std::vector<double>{}, llm ? o.llm_sizes : std::vector<double>{}},
+                       profiling, o.cpu_clock,
+                       static_cast<std::size_t>(o.flush_mib * 1048576.0), o.passes);
 }
 
 dflop::fitted_cost_model cost_model_of(const options& o, bool mpi, std::ostream* progress) {
@@ -202,6 +208,8 @@ int run(int argc, char** argv, const options& o) {
   };
   try {
     validate(o.run.model);
+    if (o.profile_module != "all" && o.profile_out.empty())
+      throw dflop::input_error("--profile-module", 0, "profiles one module's parts for --profile FILE; a run needs both");
     if (!o.profile_out.empty()) {
       if (launched_by_mpirun())
         throw dflop::input_error("--profile", 0, "profile in one process (not under mpirun): every rank would write the file");
@@ -268,7 +276,12 @@ int main(int argc, char** argv) {
   CLI::App app{"Trains a small libtorch multimodal model through dflop: profile -> fit -> plan -> run "
                "(threads, or one rank per process under mpirun)"};
   app.add_option("--profile", o.profile_out, "profile the model's parts with dflop::profiler, write the CSV and stop");
-  app.add_option("--profile-repeats", o.repeats, "timed runs per profiled size")->check(CLI::PositiveNumber);
+  app.add_option("--profile-repeats", o.repeats, "timed runs per profiled size (per pass)")->check(CLI::PositiveNumber);
+  app.add_option("--profile-warmup", o.warmup, "untimed runs per profiled size before the timed ones (per pass)")
+      ->check(CLI::Range(0, 1000));
+  app.add_option("--profile-passes", o.passes,
+                 "passes over the whole grid, one after the other; each point is the median over the passes")
+      ->check(CLI::Range(1, 1000));
   app.add_option_function<std::string>(
          "--profile-clock",
          [&](const std::string& clock) {
@@ -280,6 +293,10 @@ int main(int argc, char** argv) {
   app.add_option("--profile-flush-mib", o.flush_mib,
                  "with --profile-clock cpu: MiB of other memory written before each timed run (cold caches)")
       ->check(CLI::Range(0.0, 4096.0));
+  app.add_option("--profile-module", o.profile_module,
+                 "with --profile: the parts of one module only (encoder or llm; two such profiles run at once "
+                 "load both cores as a 2-rank run does, and their CSVs concatenate into one profile), or all")
+      ->check(CLI::IsMember({"all", "encoder", "llm"}));
   app.add_option("--profile-encoder-tokens", o.encoder_sizes, "encoder sizes profiled (tokens, whole items)");
   app.add_option("--profile-llm-tokens", o.llm_sizes, "LLM sizes profiled (tokens of one sequence)");
   app.add_option("--cost-profile", o.cost_profile, "profile CSV to fit the cost model from (threads: default profiles now)");

@@ -13,6 +13,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -673,12 +674,49 @@ struct part_target {
   }
 };
 
+// A timer policy lending another (one flush buffer for every pass).
 template <class Timer>
-profile profile_with(const model_options& options, const profile_sizes& sizes, const profiler_options& profiling,
-                     Timer timer) {
-  profiler<Timer> timing(profiling, std::move(timer));
+struct borrowed_timer {
+  Timer* timer;
+  template <std::invocable Work>
+  double measure(Work&& work) {
+    return timer->measure(std::forward<Work>(work));
+  }
+};
+
+// One pass over every part at `sizes` (in that order), with its own profiler.
+template <class Timer>
+profile profile_pass(torch_stage::impl& encoder, torch_stage::impl& llm, const profile_sizes& sizes,
+                     const profiler_options& profiling, Timer& timer) {
+  profiler<borrowed_timer<Timer>> timing(profiling, {&timer});
   const profile_grid encoder_grid{profile_size::tokens, sizes.encoder_tokens, {1}};
   const profile_grid llm_grid{profile_size::tokens, sizes.llm_tokens, {1}};
+  for (module_part part : {module_part::layer, module_part::embedding, module_part::head}) {
+    if (!sizes.encoder_tokens.empty())
+      timing.measure({module_kind::encoder, part}, encoder_grid, part_target{encoder, part, {}, {}, {}, {}, {0}});
+    if (!sizes.llm_tokens.empty())
+      timing.measure({module_kind::llm, part}, llm_grid, part_target{llm, part, {}, {}, {}, {}, {0}});
+  }
+  return timing.table();
+}
+
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// `passes` passes over the whole grid, one after the other (each point's repeats
+// then lie minutes apart, not in one burst), every pass visiting the sizes in
+// another rotation; each point's time is the median over the passes of the
+// pass's median. On a machine whose speed drifts with other jobs (a shared VM:
+// caches, memory bandwidth, the host's other guests) one burst of repeats
+// catches one moment; the median over passes the typical speed.
+template <class Timer>
+profile profile_with(const model_options& options, const profile_sizes& sizes, const profiler_options& profiling,
+                     int passes, Timer timer) {
+  if (passes < 1) throw input_error("--profile-passes", 0, "must be >= 1, got " + std::to_string(passes));
+  if (sizes.encoder_tokens.empty() && sizes.llm_tokens.empty()) throw input_error("profile sizes", 0, "nothing to profile");
   // A one-layer-per-module model holding every part (position 0 for the LLM: no hand-off).
   stage_assignment vision = whole_module(module_kind::encoder, options, true);
   vision.end_layer = 1;
@@ -688,20 +726,43 @@ profile profile_with(const model_options& options, const profile_sizes& sizes, c
   language.slice = {1, true, true};
   torch_stage::impl encoder(vision, options), llm(language, options);
   llm.targets = 1;
-  for (module_part part : {module_part::layer, module_part::embedding, module_part::head}) {
-    timing.measure({module_kind::encoder, part}, encoder_grid, part_target{encoder, part, {}, {}, {}, {}, {0}});
-    timing.measure({module_kind::llm, part}, llm_grid, part_target{llm, part, {}, {}, {}, {}, {0}});
+  const auto rotated = [](std::vector<double> v, int by) {
+    if (!v.empty()) std::rotate(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(by % static_cast<int>(v.size())), v.end());
+    return v;
+  };
+  std::vector<profile> tables;
+  for (int pass = 0; pass < passes; ++pass) {
+    profiler_options one = profiling;
+    if (passes > 1 && profiling.progress) *profiling.progress << "pass " << pass + 1 << " of " << passes << "\n";
+    tables.push_back(profile_pass(encoder, llm,
+                                  {rotated(sizes.encoder_tokens, pass), rotated(sizes.llm_tokens, pass)}, one, timer));
   }
-  return timing.table();
+  // The first pass's layout (sizes in the order given), each point the median over the passes.
+  profile out = tables.front();
+  for (auto& curve : out.curves) {
+    std::sort(curve.points.begin(), curve.points.end(),
+              [](const profile_point& a, const profile_point& b) { return a.size < b.size; });
+    for (auto& point : curve.points) {
+      std::vector<double> forward, backward;
+      for (const profile& table : tables)
+        for (const profile_curve& other : table.curves)
+          if (other.piece == curve.piece && other.tp == curve.tp)
+            for (const profile_point& q : other.points)
+              if (q.size == point.size) forward.push_back(q.forward_seconds), backward.push_back(q.backward_seconds);
+      point.forward_seconds = median_of(forward);
+      point.backward_seconds = median_of(backward);
+    }
+  }
+  return out;
 }
 
 }  // namespace
 
 profile profile_model(const model_options& options, const profile_sizes& sizes, const profiler_options& profiling,
-                      bool cpu_clock, std::size_t flush_bytes) {
+                      bool cpu_clock, std::size_t flush_bytes, int passes) {
   validate(options);
-  return cpu_clock ? profile_with<thread_cpu_timer>(options, sizes, profiling, thread_cpu_timer(flush_bytes))
-                   : profile_with<steady_clock_timer>(options, sizes, profiling, steady_clock_timer());
+  return cpu_clock ? profile_with<thread_cpu_timer>(options, sizes, profiling, passes, thread_cpu_timer(flush_bytes))
+                   : profile_with<steady_clock_timer>(options, sizes, profiling, passes, steady_clock_timer());
 }
 
 }  // namespace dflop::torch_trainer

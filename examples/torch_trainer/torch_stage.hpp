@@ -99,8 +99,8 @@ static_assert(pipeline_stage<torch_stage>);
 
 //! Sizes the profile is measured at: encoder tokens (multiples of patches_per_item) and LLM tokens.
 struct profile_sizes {
-  std::vector<double> encoder_tokens;  //!< at least 3
-  std::vector<double> llm_tokens;      //!< at least 3
+  std::vector<double> encoder_tokens;  //!< at least 3, or none: the encoder's parts are not profiled
+  std::vector<double> llm_tokens;      //!< at least 3, or none: the LLM's parts are not profiled
 };
 
 //! Profiles every part of the model with `dflop::profiler` at TP 1 (one thread):
@@ -108,10 +108,15 @@ struct profile_sizes {
 //! (final norm, head and loss). Times wall time, or with `cpu_clock` the thread's
 //! CPU time (thread_cpu_timer: what the op costs whatever else runs on a shared
 //! machine), after writing `flush_bytes` of other memory before each timed run (cold
-//! caches, as a pipelined stage meets them). Returns the profile (`write_profile_file` saves it).
+//! caches, as a pipelined stage meets them). With `passes` > 1 it profiles the
+//! whole grid that many times, one pass after the other (sizes in another order
+//! each pass), and keeps per point the median over the passes of each pass's
+//! median: the repeats of a point then span the whole profile's time, not one
+//! burst, so a machine whose speed drifts with other jobs is seen at its typical
+//! speed. Returns the profile (`write_profile_file` saves it).
 [[nodiscard]] profile profile_model(const model_options& options, const profile_sizes& sizes,
                                     const profiler_options& profiling, bool cpu_clock = false,
-                                    std::size_t flush_bytes = 0);
+                                    std::size_t flush_bytes = 0, int passes = 1);
 
 //! Sets libtorch's intra-op threads for the calling thread (OpenMP's count is
 //! per thread): 1 on every rank's thread, the ranks are the parallelism.
