@@ -4,17 +4,20 @@
 #
 #   bench/torch/run.sh [BUILD_DIR] [OUT_DIR]        # env: STEPS (12), REPEATS (3), GLOBAL_BATCH (16), LOSS_STEPS (50)
 #
+# REPEATS jobs, each:
 # 1. Profiles the model's parts with dflop::profiler (thread CPU time, caches flushed
-#    before each timed run: 64 MiB written) -> OUT/torch.csv: 8 sizes per module
-#    over the range the plan's microbatches take (encoder 64-2432 tokens, LLM
-#    16-896), 5 passes over the whole grid one after the other (3 timed runs per
-#    size and pass), each point the median over the passes: the machine's speed
-#    drifts with other jobs by 10-30% over minutes, and one burst of repeats per
-#    size put that drift into the curves' shape.
+#    before each timed run: 64 MiB written) -> OUT/torch-N.csv, the encoder's and the
+#    LLM's parts in two processes at once (both cores busy with this model, as in
+#    the run): 8 sizes per module over the range the plan's microbatches take
+#    (encoder 64-2432 tokens, LLM 16-896), 5 passes over the whole grid one after
+#    the other (3 timed runs per size and pass), each point the median over the
+#    passes: the machine's speed drifts with other jobs by 10-40% within minutes,
+#    and one burst of repeats per size put that drift into the curves' shape.
 # 2. Under `mpirun -np 2` (encoder | LLM, one rank per process, one torch thread
 #    each) runs the plan's dflop method and its data_blind baseline side by side:
-#    REPEATS jobs of STEPS steps, each step run by both methods in turn (own
-#    weights each; the first method rotating), so the machine's load hits both alike.
+#    STEPS steps, each step run by both methods in turn (own weights each; the
+#    first method rotating), so the machine's load hits both alike; every op's
+#    measured and predicted time in OUT/ops-N.log.
 # 3. One LOSS_STEPS-step dflop run: the loss falls.
 # Each run's JSON lines go to OUT/*.json; summarize.py prints the table (and JSON).
 set -euo pipefail
