@@ -70,7 +70,7 @@ dflop::cost_matrix heavy_tailed_costs(std::size_t samples, std::uint64_t seed) {
 //! The reference local search as a packer, so it is timed like the others:
 //! the LPT start of `refined_packer`, then move/swap descent to a local optimum.
 struct lpt_descent_packer {
-  static constexpr std::string_view name = "lpt_descent";
+  [[nodiscard]] static constexpr std::string_view name() noexcept { return "lpt_descent"; }
   void pack(const dflop::cost_matrix& costs, std::size_t bins, const dflop::pack_options& options,
             dflop::pack_workspace& workspace, dflop::packing& result) const {
     dflop::detail::lpt_descent(costs, bins, options, workspace, result);

@@ -53,8 +53,8 @@ void plan_case(benchmark::State& state, const std::string& mixture, const std::s
   state.counters["ideal_s"] = result.ideal_seconds;
   state.counters["efficiency"] = result.efficiency();
   for (const auto& baseline : result.baselines) {
-    state.counters[baseline.method + "_s"] = baseline.iteration_seconds;
-    state.counters["speedup_vs_" + baseline.method] = baseline.iteration_seconds / result.chosen.iteration_seconds;
+    state.counters[std::string(dflop::name_of(baseline.method)) + "_s"] = baseline.iteration_seconds;
+    state.counters["speedup_vs_" + std::string(dflop::name_of(baseline.method))] = baseline.iteration_seconds / result.chosen.iteration_seconds;
   }
   state.counters["simulated"] = static_cast<double>(result.search.simulated);
   state.counters["scan_s"] = result.search.scoring_seconds - result.search.finalist_seconds;

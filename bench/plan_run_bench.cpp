@@ -51,7 +51,7 @@ using bench_pipeline =
 using bench_runner = bench_pipeline::runner<dflop::inproc_communicator, dflop::emulated_stage>;
 
 //! dflop first: the speedups are dflop's over the others.
-constexpr std::array<const char*, 3> methods = {"dflop", "data_blind", "dflop_reference"};
+constexpr auto methods = dflop::all_plan_methods;
 
 //! A workload planned in-process (when no `--plan` is given).
 struct builtin_case {
@@ -167,8 +167,8 @@ std::vector<method_run> run_case(const bench_case& item, std::span<const dflop::
   const bench_pipeline::policies with{.schedule = dflop::named_schedule(chosen.schedule)};
   const auto batches = draw_batches(chosen, pool, options.steps);
   std::vector<method_run> runs;
-  for (const char* method : methods) {
-    method_run run{method, {}, {}};
+  for (const dflop::plan_method method : methods) {
+    method_run run{std::string(dflop::name_of(method)), {}, {}};
     for (int k = 0; k < options.steps; ++k)
       run.scheduled.push_back(bench_pipeline::schedule_batch(
           chosen, batches[static_cast<std::size_t>(k)], chosen.seed + static_cast<std::uint64_t>(k), method, with));
@@ -183,7 +183,7 @@ std::vector<method_run> run_case(const bench_case& item, std::span<const dflop::
   dflop::run_inproc(ranks, [&](dflop::inproc_communicator& comm) {
     // Every rank builds the three runners in the same order (each splits its groups off the world).
     std::vector<std::unique_ptr<bench_runner>> runners;
-    for (const char* method : methods)
+    for (const dflop::plan_method method : methods)
       runners.push_back(std::make_unique<bench_runner>(
           chosen, comm,
           [&](const dflop::stage_assignment& a) { return dflop::emulated_stage(a, chosen.model_spec, emulation); },

@@ -81,7 +81,11 @@ TEST_CASE("plan rejects bad input with exit status 2 and says what was wrong", "
   CHECK_THAT(unknown_model.err, Catch::Contains("nope"));
   const auto bad_gpus = run_cli("plan --gpus 12 --gpus-per-node 8", "plan_bad_gpus");
   CHECK(bad_gpus.exit_code == 2);
-  CHECK_THAT(bad_gpus.err, Catch::Contains("whole nodes"));
+  CHECK_THAT(bad_gpus.err, Catch::Contains("dflop: error: --gpus: 12 GPUs do not fill whole nodes of 8"));
+  // The library names the parameter (planner_options::global_batch); the tool, the flag.
+  const auto no_batch = run_cli("plan --global-batch 0", "plan_zero_batch");
+  CHECK(no_batch.exit_code == 2);
+  CHECK_THAT(no_batch.err, Catch::Contains("dflop: error: --global-batch: must be at least 1, got 0"));
   const auto missing = run_cli("plan --workload '" + std::string(DFLOP_TEST_SCRATCH_DIR) + "/missing.jsonl'",
                                "plan_missing");
   CHECK(missing.exit_code == 2);

@@ -171,14 +171,14 @@ TEST_CASE("toy multimodal stages model the stage concept", "[exec][multimodal]")
   STATIC_REQUIRE(has_weight_pass<test::toy_llm_stage>);
 }
 
-TEST_CASE("handoff_plan: one message range per replica pair, LLM order kept with one encoder replica",
+TEST_CASE("handoff_routes: one message range per replica pair, LLM order kept with one encoder replica",
           "[exec][multimodal]") {
   const std::uint32_t m = 3;
   for (std::uint32_t encoders : {1U, 2U, 3U})
     for (std::uint32_t llms : {1U, 2U}) {
       INFO("encoders " << encoders << " llms " << llms);
       const auto data = test::make_batch(30, 5, m, encoders, llms);
-      handoff_plan plan;
+      handoff_routes plan;
       plan.build(data.view(), m, encoders, llms);
       for (std::uint32_t k = 0; k < m; ++k) {
         for (std::uint32_t r = 0; r < llms; ++r) {
@@ -203,7 +203,7 @@ TEST_CASE("handoff_plan: one message range per replica pair, LLM order kept with
             const auto samples = plan.llm_samples(r, k);
             const auto sources = plan.llm_sources(r, k);
             for (std::uint32_t p = to.first; p < to.end; ++p) {
-              if (sources[p] == handoff_plan::none) continue;  // text only: no rows
+              if (sources[p] == handoff_routes::none) continue;  // text only: no rows
               CHECK(sources[p] == e);
               arrived.push_back(samples[p]);
             }
@@ -215,9 +215,9 @@ TEST_CASE("handoff_plan: one message range per replica pair, LLM order kept with
     }
 }
 
-TEST_CASE("handoff_plan rejects inconsistent lists", "[exec][multimodal]") {
+TEST_CASE("handoff_routes rejects inconsistent lists", "[exec][multimodal]") {
   auto data = test::make_batch(12, 3, 2, 1, 1);
-  handoff_plan plan;
+  handoff_routes plan;
   CHECK_THROWS_WITH(plan.build(data.view(), 2, 2, 1), Catch::Contains("encoder_parts has 2 lists"));
   auto orphan = data;
   orphan.parts[0].push_back(orphan.llm[1].front());  // a slot-1 sample encoded for slot 0

@@ -7,6 +7,7 @@
 
 #include <dflop/exec/emulated_stage.hpp>
 #include <dflop/exec/inproc_communicator.hpp>
+#include <dflop/exec/plan_runner.hpp>
 #include <dflop/pipeline.hpp>
 #include <dflop/schedule/by_name.hpp>
 #include <dflop/workload/sampling.hpp>
@@ -42,7 +43,7 @@ TEST_CASE("emulated stages run every method of a plan; every sample arrives wher
   for (const char* schedule : {"1f1b", "zb-h1"}) {
     const auto chosen = test_pipeline::make_plan(workload, model, test::small_cluster(8, 4), quick_options(),
                                                  {.schedule = named_schedule(schedule)});
-    for (const char* method : {"dflop", "data_blind", "dflop_reference"}) {
+    for (const plan_method method : all_plan_methods) {
       INFO(schedule << " " << method);
       const auto samples = sample_batch(workload, 48, batch_mode::without_replacement, 3);
       const auto batch = test_pipeline::schedule_batch(chosen, samples, 1, method, {.schedule = named_schedule(schedule)});

@@ -10,6 +10,7 @@
 #include "plan_test_support.hpp"
 
 #include <dflop/exec/inproc_communicator.hpp>
+#include <dflop/exec/plan_runner.hpp>
 #include <dflop/exec/sequential_reference.hpp>
 #include <dflop/model/presets.hpp>
 #include <dflop/pipeline.hpp>
@@ -40,7 +41,7 @@ struct run_output {
 };
 
 // Runs `batches` of `chosen` (method `method`) on threads, one rank per GPU of the plan.
-run_output run_plan(const plan& chosen, const std::string& method, const std::vector<std::vector<sample>>& batches,
+run_output run_plan(const plan& chosen, plan_method method, const std::vector<std::vector<sample>>& batches,
                     const std::vector<batch_schedule>& scheduled) {
   run_output out;
   out.losses.assign(batches.size(), 0.0);
@@ -95,7 +96,7 @@ reference_output run_reference(const plan_layout& layout, const std::vector<std:
 }
 
 // Runs `method` of `chosen` on `count` global batches and compares with the reference.
-void check_against_reference(const plan& chosen, const std::string& method, std::size_t count,
+void check_against_reference(const plan& chosen, plan_method method, std::size_t count,
                              const std::vector<sample>& workload) {
   const auto& run = chosen.method(method);
   INFO(method << ": " << run.config << ", encoder " << run.encoder << ", llm " << run.llm << ", schedule "
@@ -159,7 +160,7 @@ TEST_CASE("plan_runner runs a planner's plan and both baselines like the sequent
   for (const char* schedule : {"1f1b", "zb-h1"}) {
     const auto chosen = test_pipeline::make_plan(workload, model, test::small_cluster(8, 4), quick_options(32), {.schedule = named_schedule(schedule)});
     REQUIRE(chosen.schedule == schedule);
-    for (const char* method : {"dflop", "data_blind", "dflop_reference"}) check_against_reference(chosen, method, 2, workload);
+    for (const plan_method method : all_plan_methods) check_against_reference(chosen, method, 2, workload);
   }
 }
 
@@ -176,7 +177,7 @@ TEST_CASE("plan_runner: TP and PP on both modules, DP on either side, every one-
     for (const char* schedule : {"gpipe", "1f1b", "zb-h1"}) {
       plan chosen = test::with_configuration(base, s.encoder, s.llm, s.m);
       chosen.schedule = schedule;
-      check_against_reference(chosen, "dflop", 1, workload);
+      check_against_reference(chosen, plan_method::dflop, 1, workload);
     }
 }
 
@@ -184,7 +185,7 @@ TEST_CASE("plan_runner: the 16-GPU onevision plan of siglip-400m+qwen2.5-7b runs
   const auto workload = generate_mixture("onevision", 2000, 3);
   const auto chosen = plan_on_h100s("siglip-400m+qwen2.5-7b", 16, 128, workload);
   REQUIRE(chosen.chosen.config.gpus() == 16);
-  check_against_reference(chosen, "dflop", 1, workload);
+  check_against_reference(chosen, plan_method::dflop, 1, workload);
 }
 
 TEST_CASE("plan_runner: a planner's plan with TP and PP in the LLM (a model too big for one GPU) runs", "[exec][runner]") {
@@ -193,7 +194,7 @@ TEST_CASE("plan_runner: a planner's plan with TP and PP in the LLM (a model too 
   INFO(chosen.chosen.config);
   REQUIRE(chosen.chosen.config.llm.tp >= 2);
   REQUIRE(chosen.chosen.config.llm.pp >= 2);
-  check_against_reference(chosen, "dflop", 1, workload);
+  check_against_reference(chosen, plan_method::dflop, 1, workload);
 }
 
 TEST_CASE("plan_runner: clear errors for a wrong world, method, schedule or batch", "[exec][runner]") {
@@ -222,12 +223,12 @@ TEST_CASE("plan_runner: clear errors for a wrong world, method, schedule or batc
   REQUIRE(errors.size() == 1);
   CHECK_THAT(errors.back(), Catch::Contains("the plan runs on " + needs + " GPUs") && Catch::Contains("3 ranks"));
 
-  expect_error(1, [&](inproc_communicator& comm) { toy_runner run(chosen, comm, test::make_toy_stage, {}, "data_blind"); });
+  expect_error(1, [&](inproc_communicator& comm) { toy_runner run(chosen, comm, test::make_toy_stage, {}, plan_method::data_blind); });
   REQUIRE(errors.size() == 2);
   CHECK_THAT(errors.back(), Catch::Contains("no method 'data_blind'"));
 
   expect_error(1, [&](inproc_communicator& comm) {
-    toy_runner run(chosen, comm, test::make_toy_stage, {}, "dflop", named_schedule("gpipe"));
+    toy_runner run(chosen, comm, test::make_toy_stage, {}, plan_method::dflop, named_schedule("gpipe"));
   });
   REQUIRE(errors.size() == 3);
   CHECK_THAT(errors.back(), Catch::Contains("made for schedule '1f1b'") && Catch::Contains("'gpipe'"));

@@ -26,7 +26,7 @@ void check_random_instances(std::uint64_t first_seed) {
     const std::size_t samples = bins + random.below(6 * bins + 5);
     const std::size_t dimensions = 1 + random.below(3);
     const auto costs = random_costs(samples, dimensions, seed);
-    CAPTURE(Packer::name, seed, samples, bins, dimensions);
+    CAPTURE(Packer::name(), seed, samples, bins, dimensions);
     Packer{}.pack(costs, bins, {.seed = seed}, workspace, result);
     check_packing(result, costs, bins);
   }

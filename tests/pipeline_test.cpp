@@ -3,6 +3,7 @@
 #include "plan_test_support.hpp"
 
 #include <dflop/cost/microbatch_shape.hpp>
+#include <dflop/exec/plan_runner.hpp>
 #include <dflop/pipeline.hpp>
 #include <dflop/plan/pack/from_assignment.hpp>
 #include <dflop/exec/inproc_communicator.hpp>
@@ -28,7 +29,7 @@ static_assert(dflop::cost_model<token_cost_model>);
 
 //! A user packer: round-robin over samples sorted by their summed cost.
 struct sorted_round_robin_packer {
-  static constexpr std::string_view name = "sorted-round-robin";
+  [[nodiscard]] static constexpr std::string_view name() noexcept { return "sorted-round-robin"; }
   void pack(const dflop::cost_matrix& costs, std::size_t bins, const dflop::pack_options&, dflop::pack_workspace&,
             dflop::packing& result) const {
     std::vector<std::size_t> order(costs.samples());
@@ -131,7 +132,7 @@ TEST_CASE("policies with settings are passed as values; baselines are scheduled 
   // The default-constructed policy (1f1b) is not the plan's schedule: refused, not silently run.
   CHECK_THROWS_WITH(named_pipeline::schedule_batch(plan, batch),
                     Catch::Contains("made for schedule 'zb-h1'") && Catch::Contains("'1f1b'"));
-  const auto ours = named_pipeline::schedule_batch(plan, batch, 0, "dflop", zero_bubble);
+  const auto ours = named_pipeline::schedule_batch(plan, batch, 0, dflop::plan_method::dflop, zero_bubble);
   CHECK(ours.config == plan.chosen.config);
 
   for (const auto& baseline : plan.baselines) {
@@ -140,7 +141,7 @@ TEST_CASE("policies with settings are passed as values; baselines are scheduled 
     CHECK(scheduled.config == baseline.config);
     // Arrival order, round-robin bins: slot k runs k-th.
     for (std::size_t j = 0; j < scheduled.slot_order.size(); ++j) CHECK(scheduled.slot_order[j] == j);
-    if (baseline.method == "data_blind") {
+    if (baseline.method == dflop::plan_method::data_blind) {
       // Sequential packing: each bin is a contiguous run of the batch, in order.
       std::vector<std::uint32_t> concatenated;
       const int m = scheduled.config.microbatches, dp = scheduled.config.llm.dp;
@@ -151,6 +152,9 @@ TEST_CASE("policies with settings are passed as values; baselines are scheduled 
       CHECK(std::is_sorted(concatenated.begin(), concatenated.end()));
     }
   }
-  CHECK_THROWS_WITH(named_pipeline::schedule_batch(plan, batch, 0, "megatron", zero_bubble),
-                    Catch::Contains("no method 'megatron'"));
+  auto without_baselines = plan;
+  without_baselines.baselines.clear();
+  CHECK_THROWS_WITH(
+      named_pipeline::schedule_batch(without_baselines, batch, 0, dflop::plan_method::data_blind, zero_bubble),
+      Catch::Contains("no method 'data_blind' (it has dflop)"));
 }

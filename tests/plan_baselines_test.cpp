@@ -42,7 +42,7 @@ double slowest_stage(scorer_type& scorer, module_kind kind, const module_paralle
 }
 
 std::vector<ranked> brute_force(scorer_type& scorer, const std::vector<detail::plan_candidate>& candidates,
-                                detail::baseline_method method) {
+                                plan_method method) {
   const double batch = scorer.options().global_batch;
   const sample mean = scorer.mean_sample();
   std::vector<ranked> all;
@@ -57,7 +57,7 @@ std::vector<ranked> brute_force(scorer_type& scorer, const std::vector<detail::p
     const sample llm_tail = merged(per_bin), encoder_tail = merged(per_part);
     const detail::microbatch_views tails{{&llm_tail, 1}, {&encoder_tail, 1}};
     for (const parallel_config& config : scorer.checks().memory_variants(c.config)) {
-      const double shortfall = method == detail::baseline_method::dflop_reference
+      const double shortfall = method == plan_method::dflop_reference
                                    ? scorer.checks().reference_memory_shortfall(config, tails)
                                    : scorer.checks().memory_shortfall(config, even_layers{}, tails);
       if (shortfall > 0) continue;
@@ -89,7 +89,7 @@ TEST_CASE("the lazy mean-sample ranking gives the brute-force order", "[plan]") 
     const auto candidates = detail::enumerate_candidates(scorer).candidates;
     REQUIRE_FALSE(candidates.empty());
     std::size_t with_savers = 0, rejected_somewhere = 0;
-    for (const auto method : {detail::baseline_method::data_blind, detail::baseline_method::dflop_reference}) {
+    for (const auto method : {plan_method::data_blind, plan_method::dflop_reference}) {
       const auto expected = brute_force(scorer, candidates, method);
       rejected_somewhere += candidates.size() - expected.size();
       detail::mean_ranking<scorer_type> ranking(scorer, candidates, method);

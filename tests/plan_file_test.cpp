@@ -56,9 +56,9 @@ dflop::plan two_stage_plan() {
   p.batch.order = dflop::order_policy::johnson;
   p.batch.assignment = dflop::slot_assignment::balanced;
   p.schedule = "gpipe";
-  const auto method = [](std::string name, double seconds) {
+  const auto method = [](dflop::plan_method name, double seconds) {
     dflop::method_result r;
-    r.method = std::move(name);
+    r.method = name;
     r.config = {{1, 2, 2}, {2, 2, 3, false, true}, 4};
     r.encoder = {r.config.encoder, {0, 3, 6}};
     r.llm = {r.config.llm, {0, 4, 8}};
@@ -67,12 +67,12 @@ dflop::plan two_stage_plan() {
     r.peak_memory_gib = 12.5;
     return r;
   };
-  p.chosen = method("dflop", 1.25);
+  p.chosen = method(dflop::plan_method::dflop, 1.25);
   for (int s = 0; s < 4; ++s)
     p.memory.push_back({s < 2 ? dflop::module_kind::encoder : dflop::module_kind::llm, s % 2, 4 - s,
                         {1000 + s, 2000, 3000, std::int64_t{5} << 30}});
   p.ideal_seconds = 0.75;
-  p.baselines = {method("data_blind", 2.0), method("dflop_reference", 1.5)};
+  p.baselines = {method(dflop::plan_method::data_blind, 2.0), method(dflop::plan_method::dflop_reference, 1.5)};
   p.baselines[1].fits_memory = false;
   p.baselines[1].out_of_memory_attempts = 3;
   return p;

@@ -298,7 +298,7 @@ TEST_CASE("heavy-tailed workloads: over 1,000 batches per plan no microbatch exc
     INFO(s.memory_gib << " GiB GPUs, outliers x" << s.scale << ": " << chosen.chosen.config);
     const auto budget = static_cast<std::int64_t>(static_cast<double>(cluster.gpu.memory_bytes) * 0.9);
     REQUIRE(chosen.batch.memory_budget_bytes == budget);
-    const plan_layout layout = make_plan_layout(chosen, "dflop", named_schedule(chosen.schedule));
+    const plan_layout layout = make_plan_layout(chosen, plan_method::dflop, named_schedule(chosen.schedule));
     const analytic_memory_model memory(model);
     std::size_t infeasible = 0;
     batch_sampler sampler(workload.size(), 48, batch_mode::epochs, 99);

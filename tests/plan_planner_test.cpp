@@ -170,14 +170,14 @@ TEST_CASE("an impossible cluster names the closest configuration and its shortfa
   }
 }
 
-TEST_CASE("bad planner inputs are rejected with the flag that was wrong", "[plan]") {
+TEST_CASE("bad planner inputs are rejected with the parameter that was wrong", "[plan]") {
   const auto model = dflop::test::small_model();
   auto options = small_options();
-  CHECK_THROWS_WITH(make_planner(model, dflop::test::small_cluster(1, 1), options), Catch::Contains("--gpus"));
+  CHECK_THROWS_WITH(make_planner(model, dflop::test::small_cluster(1, 1), options), Catch::Contains("cluster_spec::gpus: need at least 2 GPUs"));
   CHECK_THROWS_WITH(make_planner(model, dflop::test::small_cluster(12, 8), options),
                     Catch::Contains("do not fill whole nodes"));
   options.global_batch = 0;
-  CHECK_THROWS_WITH(make_planner(model, dflop::test::small_cluster(8, 4), options), Catch::Contains("--global-batch"));
+  CHECK_THROWS_WITH(make_planner(model, dflop::test::small_cluster(8, 4), options), Catch::Contains("planner_options::global_batch: must be at least 1"));
   options = small_options();
   auto planner = make_planner(model, dflop::test::small_cluster(8, 4), options);
   const auto few = dflop::test::small_workload(10);

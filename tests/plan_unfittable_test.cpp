@@ -86,7 +86,7 @@ std::vector<std::size_t> brute_force_unfittable(small_planner& planner, const df
     key_l << saver.llm.tp << saver.llm.pp << saver.llm.dp << saver.llm.recompute << saver.llm.distributed_optimizer;
     if (!seen.insert({key_e.str(), key_l.str()}).second) continue;
     dflop::method_result chosen;
-    chosen.method = "dflop";
+    chosen.method = dflop::plan_method::dflop;
     chosen.config = saver;
     const auto layout = planner.layout_of(chosen);
     const auto holds = [&](const dflop::module_plan& plan, dflop::module_kind kind, std::span<const dflop::sample> mb) {

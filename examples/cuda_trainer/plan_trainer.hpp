@@ -60,7 +60,8 @@ std::vector<step_report> train_rank(Communicator& world, const trainer_inputs& i
   const plan& chosen = inputs.chosen;
   trainer_runner<Backend, Communicator> run(
       chosen, world, [&](const stage_assignment& a) { return model_stage<Backend>(a, options.model); },
-      {.watchdog_seconds = options.watchdog}, options.method, named_schedule(chosen.schedule));
+      {.watchdog_seconds = options.watchdog}, parse_plan_method(options.method, "--method"),
+      named_schedule(chosen.schedule));
   std::vector<step_report> reports;
   for (std::size_t k = 0; k < inputs.scheduled.size(); ++k) {
     const step_result result = run.step(inputs.scheduled[k], inputs.batches[k]);

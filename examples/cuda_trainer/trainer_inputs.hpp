@@ -75,7 +75,8 @@ inline constexpr const char* builtin_gpu = "h100-80gb";
   for (int k = 0; k < options.steps; ++k) {
     out.batches.push_back(gather_samples(pool, sampler.next()));
     out.scheduled.push_back(trainer_pipeline::schedule_batch(out.chosen, out.batches.back(),
-                                                             seed + static_cast<std::uint64_t>(k), options.method, with));
+                                                             seed + static_cast<std::uint64_t>(k),
+                                                             parse_plan_method(options.method, "--method"), with));
   }
   return out;
 }

@@ -130,7 +130,7 @@ struct trainer_inputs {
     for (std::size_t i = 0; i < options.methods.size(); ++i)
       out.scheduled[i].push_back(torch_pipeline::schedule_batch(out.chosen, out.batches.back(), out.cost, memory,
                                                                 options.seed + static_cast<std::uint64_t>(k),
-                                                                options.methods[i], with));
+                                                                parse_plan_method(options.methods[i], "--method"), with));
   }
   return out;
 }
@@ -237,7 +237,8 @@ std::vector<run_report> train_rank(Communicator& world, const trainer_inputs& in
   for (const auto& method : options.methods)
     runs.push_back(std::make_unique<runner_type>(
         chosen, world, [&](const stage_assignment& a) { return torch_stage(a, options.model); },
-        executor_options{.watchdog_seconds = options.watchdog}, method, named_schedule(chosen.schedule)));
+        executor_options{.watchdog_seconds = options.watchdog}, parse_plan_method(method, "--method"),
+        named_schedule(chosen.schedule)));
   std::vector<run_report> reports(methods);
   for (std::size_t k = 0; k < inputs.batches.size(); ++k) {
     for (std::size_t turn = 0; turn < methods; ++turn) {

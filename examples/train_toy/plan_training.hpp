@@ -71,7 +71,7 @@ struct plan_run_inputs {
     for (int k = 0; k < options.steps; ++k) {
       batches.push_back(gather_samples(pool, sampler.next()));
       scheduled.push_back(plan_pipeline::schedule_batch(chosen, batches.back(), seed + static_cast<std::uint64_t>(k),
-                                                        options.method, with));
+                                                        parse_plan_method(options.method, "--method"), with));
       if (progress)
         *progress << "scheduled batch " << k + 1 << "/" << options.steps << " (" << options.method << ", predicted "
                   << scheduled.back().predicted_seconds << " s)\n";
@@ -86,7 +86,8 @@ void train_plan(Communicator& comm, const plan_run_inputs& inputs, const plan_ru
   const auto& chosen = inputs.chosen;
   runner run(
       chosen, comm, [&](const stage_assignment& a) { return emulated_stage(a, chosen.model_spec, options.emulation); },
-      {.watchdog_seconds = options.watchdog}, options.method, named_schedule(chosen.schedule));
+      {.watchdog_seconds = options.watchdog}, parse_plan_method(options.method, "--method"),
+      named_schedule(chosen.schedule));
   std::vector<double> measured, predicted;
   for (std::size_t k = 0; k < inputs.scheduled.size(); ++k) {
     const auto& batch = inputs.scheduled[k];

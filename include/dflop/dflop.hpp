@@ -20,3 +20,4 @@
 #include <dflop/exec.hpp>
 #include <dflop/pipeline.hpp>
 #include <dflop/runtime.hpp>
+#include <dflop/io.hpp>

@@ -10,7 +10,9 @@
 //!     run.step(batch, samples);
 //!
 //! Policies with settings are passed as values (`policies{.schedule = ...}`);
-//! the defaults are default-constructed.
+//! the defaults are default-constructed. Planning needs this header alone;
+//! building a `runner` needs `<dflop/exec/plan_runner.hpp>` too (the executors
+//! are not parsed by translation units that only plan).
 //!
 //! Each parameter is checked against its concept clause by clause: a policy
 //! that misses one gets a message naming that clause and the signature
@@ -22,7 +24,7 @@
 #include <dflop/cost/flops_cost_model.hpp>
 #include <dflop/cost/memory_model.hpp>
 #include <dflop/detail/concept_diagnostics.hpp>
-#include <dflop/exec/plan_runner.hpp>
+#include <dflop/exec/plan_runner_fwd.hpp>
 #include <dflop/plan/batch_scheduler.hpp>
 #include <dflop/plan/layer_partitioner.hpp>
 #include <dflop/plan/pack/packer.hpp>
@@ -30,6 +32,7 @@
 #include <dflop/plan/pack/sequential_packer.hpp>
 #include <dflop/plan/plan.hpp>
 #include <dflop/plan/plan_layout.hpp>
+#include <dflop/plan/plan_method.hpp>
 #include <dflop/plan/planner.hpp>
 #include <dflop/schedule/concept.hpp>
 #include <dflop/schedule/one_f_one_b.hpp>
@@ -91,7 +94,8 @@ struct pipeline {
 
   //! Runs this pipeline's plans on `Communicator` (inproc_communicator,
   //! mpi_communicator, nccl_communicator) over the user's stage types, with this
-  //! pipeline's Schedule policy (see plan_runner.hpp).
+  //! pipeline's Schedule policy. Only declared here: include
+  //! `<dflop/exec/plan_runner.hpp>` to build one (see plan_runner_fwd.hpp).
   template <class Communicator, class EncoderStage, class LlmStage = EncoderStage>
   using runner = plan_runner<Schedule, Communicator, EncoderStage, LlmStage>;
 
@@ -117,15 +121,16 @@ struct pipeline {
   }
 
   //! Packs, orders and prices one global batch for `chosen` (every iteration):
-  //! what `runner::step` runs. `method` picks the configuration: "dflop" (the
+  //! what `runner::step` runs. `method` picks the configuration: dflop's (the
   //! plan's choice, packed with this pipeline's Packer and the plan's batch
-  //! options), or a baseline run as that method runs it ("data_blind":
-  //! sequential packing; "dflop_reference": refined packing; both with
-  //! round-robin slots in arrival order). Throws `input_error` for a method the
+  //! options), or a baseline run as that method runs it (`data_blind`:
+  //! sequential packing; `dflop_reference`: refined packing; both with
+  //! round-robin slots in arrival order). A method named in a file or on a
+  //! command line is parsed once with `parse_plan_method`. Throws `input_error` for a method the
   //! plan does not hold or a `with.schedule` other than the plan's.
   [[nodiscard]] static batch_schedule schedule_batch(const plan& chosen, std::span<const sample> samples,
                                                      const CostModel& cost, const MemoryModel& memory,
-                                                     std::uint64_t seed = 0, std::string_view method = "dflop",
+                                                     std::uint64_t seed = 0, plan_method method = plan_method::dflop,
                                                      const policies& with = {}) {
     const method_result& run = chosen.method(method);
     const plan_layout layout = make_plan_layout(chosen, method, with.schedule);
@@ -137,7 +142,7 @@ struct pipeline {
       return scheduler.schedule(layout, samples, options);
     }
     options = as_baselines_run(options);
-    if (run.method == "data_blind")
+    if (run.method == plan_method::data_blind)
       return batch_scheduler<CostModel, MemoryModel, sequential_packer>(chosen.model_spec, chosen.cluster, cost, memory)
           .schedule(layout, samples, options);
     return batch_scheduler<CostModel, MemoryModel, refined_packer>(chosen.model_spec, chosen.cluster, cost, memory)
@@ -146,7 +151,7 @@ struct pipeline {
 
   //! `schedule_batch` with cost and memory models built from the plan's model and GPU.
   [[nodiscard]] static batch_schedule schedule_batch(const plan& chosen, std::span<const sample> samples,
-                                                     std::uint64_t seed = 0, std::string_view method = "dflop",
+                                                     std::uint64_t seed = 0, plan_method method = plan_method::dflop,
                                                      const policies& with = {})
     requires std::constructible_from<CostModel, const multimodal_spec&, const gpu_spec&> &&
              std::constructible_from<MemoryModel, const multimodal_spec&>

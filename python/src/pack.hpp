@@ -39,11 +39,11 @@ inline cost_matrix cost_matrix_of(const py::buffer_info& info) {
 inline packing run_packer(const std::string& name, const cost_matrix& costs, std::size_t bins, std::uint64_t seed) {
   const pack_options options{.seed = seed};
   pack_workspace workspace;
-  if (name == sequential_packer::name) return pack(sequential_packer{}, costs, bins, options, workspace);
-  if (name == lpt_packer::name) return pack(lpt_packer{}, costs, bins, options, workspace);
-  if (name == karmarkar_karp_packer::name) return pack(karmarkar_karp_packer{}, costs, bins, options, workspace);
-  if (name == refined_packer::name) return pack(refined_packer{}, costs, bins, options, workspace);
-  if (name == exact_packer::name) return pack(exact_packer{}, costs, bins, options, workspace);
+  if (name == sequential_packer::name()) return pack(sequential_packer{}, costs, bins, options, workspace);
+  if (name == lpt_packer::name()) return pack(lpt_packer{}, costs, bins, options, workspace);
+  if (name == karmarkar_karp_packer::name()) return pack(karmarkar_karp_packer{}, costs, bins, options, workspace);
+  if (name == refined_packer::name()) return pack(refined_packer{}, costs, bins, options, workspace);
+  if (name == exact_packer::name()) return pack(exact_packer{}, costs, bins, options, workspace);
   throw input_error("packer", 0, "unknown packer '" + name + "' (known: sequential, lpt, karmarkar_karp, refined, exact)");
 }
 

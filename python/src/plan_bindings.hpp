@@ -63,7 +63,7 @@ inline plan make_plan(std::span<const sample> workload, const multimodal_spec& m
 inline batch_schedule schedule_batch(const plan& chosen, std::span<const sample> samples, std::uint64_t seed,
                                      const std::string& method) {
   const plan_pipeline::policies with{.schedule = named_schedule(chosen.schedule)};
-  return plan_pipeline::schedule_batch(chosen, samples, seed, method, with);
+  return plan_pipeline::schedule_batch(chosen, samples, seed, chosen.method(method).method, with);
 }
 
 //! `groups[replica * m + slot]` as `[replica][position]` in execution order (the CLI's JSON layout, indices not ids).
@@ -85,7 +85,9 @@ inline py::object to_python(const nlohmann::ordered_json& value) {
 //! Adds plan(), Plan, MethodResult, BatchSchedule and the C++ timing loop the benchmark compares with.
 inline void add_plan_bindings(py::module_& module) {
   py::class_<method_result>(module, "MethodResult", "One method's choice and how it scores in the common simulator.")
-      .def_readonly("method", &method_result::method, "'dflop', 'data_blind' or 'dflop_reference'.")
+      .def_property_readonly(
+          "method", [](const method_result& r) { return std::string(name_of(r.method)); },
+          "'dflop', 'data_blind' or 'dflop_reference'.")
       .def_readonly("iteration_seconds", &method_result::iteration_seconds,
                     "Mean simulated iteration time over the sampled batches.")
       .def_readonly("estimated_seconds", &method_result::estimated_seconds, "The method's own estimate when choosing.")
@@ -101,7 +103,7 @@ inline void add_plan_bindings(py::module_& module) {
       .def_property_readonly("encoder_replicas", [](const method_result& r) { return r.config.encoder.dp; },
                              "Encoder data-parallel replicas.")
       .def("__repr__", [](const method_result& r) {
-        return "<dflop.MethodResult " + r.method + ": " + std::to_string(r.iteration_seconds) + " s>";
+        return "<dflop.MethodResult " + std::string(name_of(r.method)) + ": " + std::to_string(r.iteration_seconds) + " s>";
       });
 
   py::class_<plan>(module, "Plan",
@@ -152,7 +154,7 @@ inline void add_plan_bindings(py::module_& module) {
           "baselines",
           [](const plan& p) {
             py::dict result;
-            for (const auto& baseline : p.baselines) result[py::str(baseline.method)] = baseline;
+            for (const auto& baseline : p.baselines) result[py::str(std::string(name_of(baseline.method)))] = baseline;
             return result;
           },
           "data_blind and dflop_reference, when computed: method name -> MethodResult.")

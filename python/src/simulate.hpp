@@ -72,7 +72,7 @@ inline nlohmann::ordered_json simulate_json(const std::string& schedule_name, pi
   }
   const auto costs = spread_over_chunks(per_rank, chunks);
   pipeline_simulator simulator;
-  const auto ordered = order_microbatches(*policy, schedule, costs, simulator, budget, std::max(1U, shape.stages / 2));
+  const auto ordered = order_microbatches(*policy, schedule, costs, simulator, budget, std::max(1U, shape.ranks / 2));
   const auto result = simulator.simulate(schedule, costs, ordered.order);
   nlohmann::ordered_json report;
   report["makespan"] = result.makespan;

@@ -4,7 +4,7 @@
 #include <dflop/pipeline.hpp>
 
 struct packer_returning_status {
-  static constexpr std::string_view name = "status";
+  [[nodiscard]] static constexpr std::string_view name() noexcept { return "status"; }
   bool pack(const dflop::cost_matrix&, std::size_t, const dflop::pack_options&, dflop::pack_workspace&,
             dflop::packing&) const {
     return true;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Must NOT compile: a packer without the static `name`.
+// Must NOT compile: a packer without `name()`.
 #include <dflop/pipeline.hpp>
 
 struct packer_without_name {

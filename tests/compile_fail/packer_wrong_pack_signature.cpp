@@ -4,7 +4,7 @@
 #include <dflop/pipeline.hpp>
 
 struct packer_returning_packing {
-  static constexpr std::string_view name = "returning";
+  [[nodiscard]] static constexpr std::string_view name() noexcept { return "returning"; }
   dflop::packing pack(const dflop::cost_matrix&, std::size_t, const dflop::pack_options&) const { return {}; }
 };
 using broken = dflop::pipeline<dflop::flops_cost_model, dflop::min_max_layers, packer_returning_packing>;

@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto written = dflop::to_json(plan);
     dflop::fuzz::require(dflop::to_json(dflop::plan_from_json(written, "rewritten")) == written, "a plan round-trips");
     const dflop::named_schedule schedule(plan.schedule);
-    (void)dflop::make_plan_layout(plan, "dflop", schedule);
+    (void)dflop::make_plan_layout(plan, dflop::plan_method::dflop, schedule);
     for (const auto& baseline : plan.baselines) (void)dflop::make_plan_layout(plan, baseline.method, schedule);
   });
 }

@@ -9,6 +9,7 @@
 #include "../plan_test_support.hpp"
 
 #include <dflop/exec/mpi_communicator.hpp>
+#include <dflop/exec/plan_runner.hpp>
 #include <dflop/exec/sequential_reference.hpp>
 #include <dflop/pipeline.hpp>
 #include <dflop/schedule/by_name.hpp>
@@ -43,7 +44,7 @@ TEST_CASE("MPI: an 8-GPU plan's every method through plan_runner, within 1e-12 o
   const test_pipeline::policies with{.schedule = named_schedule(chosen.schedule)};
   const auto samples = sample_batch(workload, 48, batch_mode::without_replacement, 7);
   mpi_communicator world(MPI_COMM_WORLD, 20);
-  for (const char* method : {"dflop", "data_blind", "dflop_reference"}) {
+  for (const plan_method method : all_plan_methods) {
     const auto& run_method = chosen.method(method);
     INFO(method << ": " << run_method.config);
     const auto batch = test_pipeline::schedule_batch(chosen, samples, 3, method, with);

@@ -66,10 +66,10 @@ std::pair<dflop::packing, double> run_packer(const std::string& name, const dflo
   dflop::packing result;
   const dflop::pack_options options{.seed = seed};
   const auto start = std::chrono::steady_clock::now();
-  if (name == dflop::sequential_packer::name) dflop::sequential_packer{}.pack(costs, bins, options, workspace, result);
-  else if (name == dflop::lpt_packer::name) dflop::lpt_packer{}.pack(costs, bins, options, workspace, result);
-  else if (name == dflop::karmarkar_karp_packer::name) dflop::karmarkar_karp_packer{}.pack(costs, bins, options, workspace, result);
-  else if (name == dflop::exact_packer::name) dflop::exact_packer{}.pack(costs, bins, options, workspace, result);
+  if (name == dflop::sequential_packer::name()) dflop::sequential_packer{}.pack(costs, bins, options, workspace, result);
+  else if (name == dflop::lpt_packer::name()) dflop::lpt_packer{}.pack(costs, bins, options, workspace, result);
+  else if (name == dflop::karmarkar_karp_packer::name()) dflop::karmarkar_karp_packer{}.pack(costs, bins, options, workspace, result);
+  else if (name == dflop::exact_packer::name()) dflop::exact_packer{}.pack(costs, bins, options, workspace, result);
   else dflop::refined_packer{}.pack(costs, bins, options, workspace, result);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return {std::move(result), seconds};

@@ -47,7 +47,7 @@ struct schedule_options {
 struct scheduled_batch {
   std::vector<dflop::sample> samples;     // in draw order; the schedule's sample numbers index it
   std::uint64_t seed = 0;                 // the packing seed
-  std::string method;                     // whose configuration it was scheduled for
+  dflop::plan_method method{};            // whose configuration it was scheduled for
   dflop::batch_schedule schedule;         // microbatches, slot order, prediction
   std::vector<dflop::stage_memory> memory;  // per stage, heaviest microbatch
 };
@@ -59,7 +59,7 @@ using plan_pipeline =
 
 //! Schedules `batch` for `method`'s configuration of the plan as a trainer would
 //! each iteration, with the plan's schedule, and prices its stages with the heaviest microbatch.
-void schedule_batch(const dflop::plan& plan, const std::string& method, scheduled_batch& batch) {
+void schedule_batch(const dflop::plan& plan, dflop::plan_method method, scheduled_batch& batch) {
   const plan_pipeline::policies with{.schedule = dflop::named_schedule(plan.schedule)};
   batch.schedule = plan_pipeline::schedule_batch(plan, batch.samples, batch.seed, method, with);
   const dflop::plan_layout layout = dflop::make_plan_layout(plan, method, with.schedule);
@@ -109,7 +109,7 @@ nlohmann::ordered_json batch_json(std::size_t index, const scheduled_batch& batc
   const dflop::parallel_config& config = batch.schedule.config;
   nlohmann::ordered_json out;
   out["batch"] = index;
-  out["method"] = batch.method;
+  out["method"] = std::string(dflop::name_of(batch.method));
   out["seed"] = batch.seed;
   out["predicted_seconds"] = batch.schedule.predicted_seconds;
   auto samples = nlohmann::json::array();
@@ -204,7 +204,7 @@ void run_schedule(const schedule_options& options) {
     batch.samples = dflop::gather_samples(workload, sampler.next());
     batch.seed = seed + k;
     batch.method = run.method;
-    schedule_batch(plan, options.method, batch);
+    schedule_batch(plan, run.method, batch);
     total += batch.schedule.predicted_seconds;
     if (options.json)
       std::cout << batch_json(k, batch).dump() << "\n";

@@ -69,7 +69,7 @@ void run_simulate(const simulate_options& options) {
   const auto policy = *dflop::parse_order_policy(options.order);
   // Johnson's two groups are the first and second halves of the ranks' stages.
   const auto ordered = dflop::order_microbatches(policy, schedule, costs, simulator, options.budget,
-                                                 std::max(1U, shape.stages / 2));
+                                                 std::max(1U, shape.ranks / 2));
   const auto result = simulator.simulate(schedule, costs, ordered.order);
   const auto line = dflop::make_timeline(schedule, result, ordered.order);
   if (!options.trace.empty()) dflop::write_chrome_trace(line, options.trace);

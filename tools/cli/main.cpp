@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The `dflop` tool: dispatches to the registered subcommands.
 #include "command.hpp"
+#include "flag_names.hpp"
 
 #include <dflop/error.hpp>
 
@@ -34,7 +35,7 @@ int main(int argc, char** argv) {
     app.exit(e);
     return 2;
   } catch (const dflop::input_error& e) {
-    std::cerr << "dflop: error: " << e.what() << "\n";
+    std::cerr << "dflop: error: " << dflop::cli::message_for_user(e) << "\n";
     return 2;
   } catch (const dflop::error& e) {
     std::cerr << "dflop: error: " << e.what() << "\n";

@@ -153,15 +153,15 @@ consteval bool diagnose_packer() {
                   "dflop::pipeline: Packer must be default-constructible and copyable (std::semiregular): the "
                   "planner makes and copies it");
     return false;
-  } else if constexpr (!packer_static_name<T>) {
+  } else if constexpr (!packer_name<T>) {
     if constexpr (!requires { T::name; })
-      static_assert(packer_static_name<T>,
-                    "dflop::pipeline: Packer is missing `static constexpr std::string_view name` (e.g. "
-                    "`static constexpr std::string_view name = \"my-packer\";`)");
+      static_assert(packer_name<T>,
+                    "dflop::pipeline: Packer is missing `std::string_view name() const` (e.g. `static constexpr "
+                    "std::string_view name() noexcept { return \"my-packer\"; }`)");
     else
-      static_assert(packer_static_name<T>,
-                    "dflop::pipeline: Packer's name must be a static data member convertible to std::string_view, "
-                    "not a function: `static constexpr std::string_view name = \"my-packer\";`");
+      static_assert(packer_name<T>,
+                    "dflop::pipeline: Packer's name must be a function, as every policy's is: `static constexpr "
+                    "std::string_view name() noexcept { return \"my-packer\"; }`, not a data member");
     return false;
   } else if constexpr (!packer_pack_callable<T>) {
     if constexpr (lacks_member_pack<T>)

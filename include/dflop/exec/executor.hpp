@@ -16,7 +16,7 @@
 #include <dflop/exec/buffer_pool.hpp>
 #include <dflop/exec/communicator.hpp>
 #include <dflop/exec/detail/op_loop.hpp>
-#include <dflop/exec/detail/receive_plan.hpp>
+#include <dflop/exec/detail/step_receives.hpp>
 #include <dflop/exec/detail/stage_dispatch.hpp>
 #include <dflop/exec/detail/step_runtime.hpp>
 #include <dflop/exec/failure.hpp>
@@ -128,7 +128,7 @@ private:
     this->check_schedule(schedule, 2ULL * schedule.microbatches * schedule.stages(), "executor");
   }
 
-  void plan(const pipeline_schedule& schedule, const step_batch& batch) {
+  void plan_receives(const pipeline_schedule& schedule, const step_batch& batch) {
     const auto& ops = schedule.rank_ops[pipeline_rank_];
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const auto& op = ops[i];
@@ -161,7 +161,7 @@ private:
     stages_count_ = schedule.stages();
     batch_ = &batch;
     this->begin_step(schedule, static_cast<std::size_t>(schedule.microbatches) * chunks_);
-    plan(schedule, batch);
+    plan_receives(schedule, batch);
     return this->run_ops(schedule, schedule.rank_ops[pipeline_rank_]);
   }
 

@@ -50,7 +50,7 @@ struct multimodal_batch {
 
 //! Who sends which samples' rows to whom, per slot (see the file comment for the
 //! row orders). Build it once per batch; every rank builds the same plan.
-class handoff_plan {
+class handoff_routes {
 public:
   //! Positions [first, end) in one replica's sample order.
   struct range {
@@ -72,7 +72,7 @@ public:
     m_ = m;
     encoders_ = encoder_replicas;
     llms_ = llm_replicas;
-    if (m == 0 || llm_replicas == 0) throw error("handoff_plan: needs at least one slot and one LLM replica");
+    if (m == 0 || llm_replicas == 0) throw error("handoff_routes: needs at least one slot and one LLM replica");
     expect_lists("llm_microbatches", batch.llm_microbatches.size(), llm_replicas, m);
     expect_lists("encoder_parts", batch.encoder_parts.size(), encoder_replicas, m);
     if (!batch.slot_order.empty() && batch.slot_order.size() != m)

@@ -27,7 +27,7 @@
 #include <dflop/exec/buffer_pool.hpp>
 #include <dflop/exec/communicator.hpp>
 #include <dflop/exec/detail/op_loop.hpp>
-#include <dflop/exec/detail/receive_plan.hpp>
+#include <dflop/exec/detail/step_receives.hpp>
 #include <dflop/exec/detail/stage_dispatch.hpp>
 #include <dflop/exec/detail/step_runtime.hpp>
 #include <dflop/exec/failure.hpp>
@@ -90,7 +90,7 @@ public:
   //! `batch`. Throws `stage_failure` for a stage that threw (after stopping every
   //! rank), `pipeline_aborted` when another rank failed, `watchdog_timeout`,
   //! `schedule_error` for a schedule that does not fit, `dflop::error` for a batch
-  //! that does not (see `handoff_plan::build`) or a stage whose hand-off sizes are
+  //! that does not (see `handoff_routes::build`) or a stage whose hand-off sizes are
   //! not per-sample sums.
   step_result step(const pipeline_schedule& schedule, const multimodal_batch& batch) {
     return detail::guarded_step(*world_, [&] { return run(schedule, batch); });
@@ -141,7 +141,7 @@ private:
   }
   [[nodiscard]] std::span<const std::uint32_t> samples_of(std::uint32_t j, const multimodal_batch& batch) const {
     const std::uint32_t k = batch.slot(j);
-    return role_.encoder() ? plan_.encoder_samples(role_.replica, k) : plan_.llm_samples(role_.replica, k);
+    return role_.encoder() ? routes_.encoder_samples(role_.replica, k) : routes_.llm_samples(role_.replica, k);
   }
   template <class F>
   decltype(auto) with(F&& f) {
@@ -189,25 +189,25 @@ private:
                     ", not the sum over its samples (" + std::to_string(offsets_.back()) +
                     "): the hand-off moves rows per sample");
       if (!role_.encoder()) {
-        const auto sources = plan_.llm_sources(q, k);
+        const auto sources = routes_.llm_sources(q, k);
         for (std::size_t p = 0; p < samples.size(); ++p)
-          if (sources[p] == handoff_plan::none && offsets_[p + 1] != offsets_[p])
+          if (sources[p] == handoff_routes::none && offsets_[p + 1] != offsets_[p])
             throw error("multimodal_executor: sample " + std::to_string(samples[p]) + " of slot " + std::to_string(k) +
                         " has encoder input rows in the LLM but no encoder replica encodes it");
       }
       for (std::uint32_t peer = 0; peer < peers; ++peer) {
-        const auto range = role_.encoder() ? plan_.encoder_range(q, peer, k) : plan_.llm_range(peer, q, k);
+        const auto range = role_.encoder() ? routes_.encoder_range(q, peer, k) : routes_.llm_range(peer, q, k);
         auto& h = handoff_[static_cast<std::size_t>(j) * peers + peer];
         h.offset = offsets_[range.first];
         h.bytes = offsets_[range.end] - offsets_[range.first];
-        h.feeds = role_.encoder() ? plan_.feeds(q, peer, k) : plan_.feeds(peer, q, k);
+        h.feeds = role_.encoder() ? routes_.feeds(q, peer, k) : routes_.feeds(peer, q, k);
         if (h.feeds) any_feeds_[j] = 1;
       }
     }
   }
 
-  void plan(const pipeline_schedule& schedule, const multimodal_batch& batch) {
-    plan_.build(batch, m_, encoders_, llms_);
+  void plan_receives(const pipeline_schedule& schedule, const multimodal_batch& batch) {
+    routes_.build(batch, m_, encoders_, llms_);
     plan_handoff(batch);
     const auto& ops = schedule.rank_ops[role_.position];
     const auto sent_at = [&](op_kind kind, std::uint32_t j, std::uint32_t position) -> std::size_t {
@@ -262,7 +262,7 @@ private:
     check(schedule);
     batch_ = &batch;
     this->begin_step(schedule, schedule.microbatches);
-    plan(schedule, batch);
+    plan_receives(schedule, batch);
     return this->run_ops(schedule, schedule.rank_ops[role_.position]);
   }
 
@@ -329,7 +329,7 @@ private:
   std::uint32_t llms_ = 1;      // LLM replicas
   std::uint32_t peers_ = 0;  // replicas of the other module this rank exchanges hand-offs with
   const multimodal_batch* batch_ = nullptr;  // the step's batch, while it runs
-  handoff_plan plan_;
+  handoff_routes routes_;
   std::vector<handoff_bytes> handoff_;  // [j * peers_ + peer]
   std::vector<char> any_feeds_;         // per microbatch: some hand-off message arrives (TP peers need a copy)
   std::vector<std::size_t> offsets_;

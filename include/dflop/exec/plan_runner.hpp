@@ -19,10 +19,12 @@
 #include <dflop/error.hpp>
 #include <dflop/exec/communicator.hpp>
 #include <dflop/exec/multimodal_executor.hpp>
+#include <dflop/exec/plan_runner_fwd.hpp>
 #include <dflop/exec/step_result.hpp>
 #include <dflop/plan/batch_schedule.hpp>
 #include <dflop/plan/plan.hpp>
 #include <dflop/plan/plan_layout.hpp>
+#include <dflop/plan/plan_method.hpp>
 #include <dflop/plan/world_layout.hpp>
 #include <dflop/schedule/concept.hpp>
 #include <dflop/workload/sample.hpp>
@@ -86,8 +88,14 @@ using plan_executor_t = std::conditional_t<std::is_same_v<EncoderStage, LlmStage
 //! Runs one method of a plan (dflop's choice or a baseline's configuration) on
 //! this rank, with `Schedule` (the pipeline's schedule policy) over `Communicator`.
 //! Every rank of the world builds one, together, and calls `step` together.
-template <schedule Schedule, communicator Communicator, class EncoderStage, class LlmStage = EncoderStage>
+//! (Declared in plan_runner_fwd.hpp, where `LlmStage` defaults to `EncoderStage`;
+//! the concepts are checked here, where the runner is built.)
+template <class Schedule, class Communicator, class EncoderStage, class LlmStage>
 class plan_runner {
+  static_assert(schedule<Schedule>, "plan_runner: Schedule must model dflop::schedule (schedule/concept.hpp)");
+  static_assert(communicator<Communicator>,
+                "plan_runner: Communicator must model dflop::communicator (exec/communicator.hpp)");
+
 public:
   //! The executor underneath.
   using executor_type = detail::plan_executor_t<Communicator, EncoderStage, LlmStage>;
@@ -97,14 +105,13 @@ public:
   //! Builds this rank's stage with `make_stage(const stage_assignment&)` (which
   //! returns an `EncoderStage` or an `LlmStage`; if it throws, every rank is
   //! stopped, as for a failing step) and its executor. `method` picks
-  //! the configuration: "dflop" (the plan's choice), "data_blind" or
-  //! "dflop_reference". Throws `input_error` when the plan has no such method,
+  //! the configuration: dflop's (the plan's choice) or a baseline's. Throws `input_error` when the plan has no such method,
   //! when the world's size is not the plan's GPU count, or when `policy` is not
   //! the schedule the plan was made with.
   template <class StageFactory>
     requires std::invocable<StageFactory&, const stage_assignment&>
   plan_runner(const plan& chosen, Communicator& world, StageFactory&& make_stage, executor_options options = {},
-              std::string_view method = "dflop", Schedule policy = {})
+              plan_method method = plan_method::dflop, Schedule policy = {})
       : plan_runner(make_plan_layout(chosen, method, policy), world, std::forward<StageFactory>(make_stage), options) {}
 
   //! Runs a plan layout directly (a configuration made concrete with `make_plan_layout`).

@@ -150,7 +150,7 @@ double run_sequential(StageVector& stages, const step_batch& batch, std::uint32_
 //! encoder replica's part forward, then every LLM replica's microbatch forward and
 //! backward, its input being each of its samples' encoder rows (found by sample,
 //! not by the hand-off's ranges), then every encoder replica's backward on the
-//! gradients of its rows. Samples are seen in `handoff_plan`'s orders. Replicas
+//! gradients of its rows. Samples are seen in `handoff_routes`'s orders. Replicas
 //! come from the list counts (`llm_microbatches.size() / m`, `encoder_parts.size()
 //! / m`). Returns the summed loss; gradients accumulate in the stages.
 template <class EncoderStages, class LlmStages>
@@ -160,8 +160,8 @@ double run_sequential(EncoderStages& encoder, LlmStages& llm, const multimodal_b
   if (m == 0 || llm_stages == 0) throw error("run_sequential: needs microbatches and LLM stages");
   const auto encoders = encoder_stages == 0 ? 0U : static_cast<std::uint32_t>(batch.encoder_parts.size() / m);
   const auto llms = static_cast<std::uint32_t>(batch.llm_microbatches.size() / m);
-  handoff_plan plan;
-  plan.build(batch, m, encoders, llms);
+  handoff_routes routes;
+  routes.build(batch, m, encoders, llms);
   const std::uint32_t positions = encoder_stages + llm_stages;
   detail::reference_memory memory;
   std::vector<detail::reference_chain> encoder_chains;
@@ -180,7 +180,7 @@ double run_sequential(EncoderStages& encoder, LlmStages& llm, const multimodal_b
   for (std::uint32_t j = 0; j < m; ++j) {
     const std::uint32_t k = batch.slot(j);
     for (std::uint32_t e = 0; e < encoders; ++e) {
-      const auto samples = plan.encoder_samples(e, k);
+      const auto samples = routes.encoder_samples(e, k);
       auto& chain = encoder_chains[e];
       chain.activations[0].clear();
       chain.forward(encoder, microbatch_view(batch.samples, samples), j, e, memory);
@@ -196,7 +196,7 @@ double run_sequential(EncoderStages& encoder, LlmStages& llm, const multimodal_b
         where[samples[p]] = {e, offsets[p], offsets[p + 1] - offsets[p], j};
     }
     for (std::uint32_t r = 0; r < llms; ++r) {
-      const auto samples = plan.llm_samples(r, k);
+      const auto samples = routes.llm_samples(r, k);
       const microbatch_view mb(batch.samples, samples);
       auto& input = llm_chain.activations[0];
       input.clear();
@@ -223,7 +223,7 @@ double run_sequential(EncoderStages& encoder, LlmStages& llm, const multimodal_b
         }
     }
     for (std::uint32_t e = 0; e < encoders; ++e)
-      encoder_chains[e].backward(encoder, microbatch_view(batch.samples, plan.encoder_samples(e, k)), j, e, memory);
+      encoder_chains[e].backward(encoder, microbatch_view(batch.samples, routes.encoder_samples(e, k)), j, e, memory);
   }
   return loss;
 }

@@ -249,7 +249,7 @@ private:
         packer_.pack(matrix_, bins, settings, workspace_, packing_);
       } catch (const infeasible_error&) {
         throw cap_error(batch, involved, uncapped, module_kind::llm,
-                        " fill LLM microbatches over the memory budget, and " + std::string(Packer::name) +
+                        " fill LLM microbatches over the memory budget, and " + std::string(packer_.name()) +
                             " found no packing of the batch into " + std::to_string(bins) +
                             " microbatches that keeps every one within it (" + config_text() + ")");
       }

@@ -31,15 +31,15 @@ inline std::ostream& operator<<(std::ostream& out, const cluster_spec& cluster) 
 //! (a GPU count that is a multiple of the node size, or a single partial node).
 inline void validate_cluster(const cluster_spec& cluster) {
   if (cluster.gpus < 2)
-    throw input_error("--gpus", 0, "need at least 2 GPUs (one for the encoder, one for the LLM), got " +
+    throw input_error("cluster_spec::gpus", 0, "need at least 2 GPUs (one for the encoder, one for the LLM), got " +
                                        std::to_string(cluster.gpus));
   if (cluster.gpus_per_node < 1)
-    throw input_error("--gpus-per-node", 0, "must be at least 1, got " + std::to_string(cluster.gpus_per_node));
+    throw input_error("cluster_spec::gpus_per_node", 0, "must be at least 1, got " + std::to_string(cluster.gpus_per_node));
   if (cluster.gpus > cluster.gpus_per_node && cluster.gpus % cluster.gpus_per_node != 0)
-    throw input_error("--gpus", 0, std::to_string(cluster.gpus) + " GPUs do not fill whole nodes of " +
+    throw input_error("cluster_spec::gpus", 0, std::to_string(cluster.gpus) + " GPUs do not fill whole nodes of " +
                                        std::to_string(cluster.gpus_per_node));
   if (!(cluster.gpu.peak_flops > 0) || cluster.gpu.memory_bytes <= 0)
-    throw input_error("--gpu", 0, "GPU '" + cluster.gpu.name + "' needs a positive peak and memory");
+    throw input_error("cluster_spec::gpu", 0, "GPU '" + cluster.gpu.name + "' needs a positive peak and memory");
 }
 
 }  // namespace dflop

@@ -14,6 +14,7 @@
 #include <dflop/plan/cluster.hpp>
 #include <dflop/plan/module_plan.hpp>
 #include <dflop/plan/parallel_config.hpp>
+#include <dflop/plan/plan_method.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -38,7 +39,7 @@ struct stage_memory {
 
 //! One method's choice and how it scores in the common simulator.
 struct method_result {
-  std::string method;              //!< "dflop", "data_blind", "dflop_reference"
+  plan_method method = plan_method::dflop;  //!< which method chose it
   parallel_config config;          //!< chosen degrees and microbatches
   module_plan encoder;             //!< encoder split
   module_plan llm;                 //!< LLM split
@@ -116,21 +117,27 @@ struct plan {
   [[nodiscard]] double efficiency() const noexcept {
     return chosen.iteration_seconds > 0 ? ideal_seconds / chosen.iteration_seconds : 0;
   }
-  //! The baseline called `method`, if computed.
-  [[nodiscard]] const method_result* baseline(std::string_view method) const noexcept {
+  //! The baseline `which`, if computed (nullptr for `plan_method::dflop`, which is `chosen`).
+  [[nodiscard]] const method_result* baseline(plan_method which) const noexcept {
     for (const auto& result : baselines)
-      if (result.method == method) return &result;
+      if (result.method == which) return &result;
     return nullptr;
   }
-  //! The method called `name`: dflop's choice ("dflop") or a baseline. Throws
-  //! `input_error` naming the methods the plan has when it has no such one.
+  //! The result of the method called `name` ("dflop", a baseline's name): for
+  //! names from files and tools. Throws `input_error` naming the methods the
+  //! plan has when it has none of that name.
   [[nodiscard]] const method_result& method(std::string_view name) const {
-    if (name == chosen.method || name == "dflop") return chosen;
-    if (const method_result* found = baseline(name)) return *found;
-    std::string known = "dflop";
-    for (const auto& b : baselines) known.append(", ").append(b.method);
-    throw input_error("method", 0, "the plan has no method '" + std::string(name) + "' (it has " + known + ")");
+    for (const plan_method known : all_plan_methods) {
+      if (name_of(known) != name) continue;
+      if (known == chosen.method) return chosen;
+      if (const method_result* found = baseline(known)) return *found;
+    }
+    std::string held(name_of(chosen.method));
+    for (const auto& b : baselines) held.append(", ").append(name_of(b.method));
+    throw input_error("method", 0, "the plan has no method '" + std::string(name) + "' (it has " + held + ")");
   }
+  //! The result of `which`: dflop's choice or a baseline (throws as above when not computed).
+  [[nodiscard]] const method_result& method(plan_method which) const { return method(name_of(which)); }
 };
 
 namespace detail {
@@ -153,7 +160,7 @@ inline void print_comparison(std::ostream& out, const plan& result) {
                 "iteration", "samples/s", "vs ideal", "memory");
   out << line;
   const auto row = [&](const method_result& r) {
-    std::snprintf(line, sizeof line, "%-16s %-19s %-19s %5d %9.3fs %9.1f %7.0f%% %s\n", r.method.c_str(),
+    std::snprintf(line, sizeof line, "%-16s %-19s %-19s %5d %9.3fs %9.1f %7.0f%% %s\n", std::string(name_of(r.method)).c_str(),
                   detail::format_degrees(r.config.encoder).c_str(), detail::format_degrees(r.config.llm).c_str(),
                   r.config.microbatches, r.iteration_seconds, result.global_batch / r.iteration_seconds,
                   100.0 * result.ideal_seconds / r.iteration_seconds,

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -52,7 +53,7 @@ namespace dflop {
 
   detail::plan_config chosen = detail::plan_config_from_json(fields, "config", context);
   result.schedule = std::move(chosen.schedule);
-  result.chosen = method_result{"dflop",
+  result.chosen = method_result{plan_method::dflop,
                                 chosen.config,
                                 std::move(chosen.encoder),
                                 std::move(chosen.llm),
@@ -76,7 +77,10 @@ namespace dflop {
   const detail::json_fields baselines(fields.at("baselines"), source, "baselines");
   for (const auto& item : fields.at("baselines").items()) {
     const std::string& method = item.key();
-    if (method != "data_blind" && method != "dflop_reference")
+    std::optional<plan_method> baseline_method;  // a baseline's name, never dflop's own
+    for (const plan_method known : {plan_method::data_blind, plan_method::dflop_reference})
+      if (name_of(known) == method) baseline_method = known;
+    if (!baseline_method)
       baselines.fail(baselines.path(method), "unknown method '" + method + "' (known: data_blind, dflop_reference)");
     const detail::json_fields baseline(item.value(), source, baselines.path(method));
     baseline.only({"config", "iteration_seconds", "estimated_seconds", "peak_memory_gib", "fits_memory",
@@ -87,7 +91,7 @@ namespace dflop {
                                                           result.schedule + "' in config.schedule): methods are "
                                                                             "compared on one schedule");
     const auto attempts = static_cast<std::size_t>(baseline.integer_in("out_of_memory_attempts", 0));
-    result.baselines.push_back(method_result{method, config.config, std::move(config.encoder), std::move(config.llm),
+    result.baselines.push_back(method_result{*baseline_method, config.config, std::move(config.encoder), std::move(config.llm),
                                              baseline.number_at_least("estimated_seconds", 0),
                                              baseline.number_at_least("iteration_seconds", 0),
                                              baseline.boolean("fits_memory"),

@@ -105,7 +105,7 @@ inline constexpr int plan_file_version = 1;
   out["excluded_samples"] = result.excluded_samples;
   auto baselines = nlohmann::ordered_json::object();
   for (const auto& baseline : result.baselines)
-    baselines[baseline.method] = {{"config", config_json(baseline, result.schedule)},
+    baselines[std::string(name_of(baseline.method))] = {{"config", config_json(baseline, result.schedule)},
                                   {"iteration_seconds", baseline.iteration_seconds},
                                   {"estimated_seconds", baseline.estimated_seconds},
                                   {"peak_memory_gib", baseline.peak_memory_gib},

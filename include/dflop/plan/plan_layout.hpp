@@ -50,12 +50,12 @@ template <schedule Policy>
   return layout;
 }
 
-//! The layout of method `method` ("dflop" or a baseline) of `chosen`, with
+//! The layout of `method` (dflop's choice or a baseline) of `chosen`, with
 //! `policy`'s op lists: what a runner runs and a batch is scheduled for. Throws
 //! `input_error` when `policy` is not the schedule the plan was made with, the
 //! plan has no such method, or the method's GPUs are not the plan's cluster.
 template <schedule Policy>
-[[nodiscard]] plan_layout make_plan_layout(const plan& chosen, std::string_view method, const Policy& policy) {
+[[nodiscard]] plan_layout make_plan_layout(const plan& chosen, plan_method method, const Policy& policy) {
   if (policy.name() != chosen.schedule)
     throw input_error("schedule", 0,
                       "the plan was made for schedule '" + chosen.schedule + "', the schedule policy is '" +
@@ -63,7 +63,7 @@ template <schedule Policy>
   const method_result& run = chosen.method(method);
   if (run.config.gpus() != chosen.cluster.gpus)
     throw input_error("plan", 0,
-                      "method '" + run.method + "' uses " + std::to_string(run.config.gpus()) +
+                      "method '" + std::string(name_of(run.method)) + "' uses " + std::to_string(run.config.gpus()) +
                           " GPUs, the plan's cluster has " + std::to_string(chosen.cluster.gpus));
   return make_plan_layout(run.config, run.encoder, run.llm, policy);
 }

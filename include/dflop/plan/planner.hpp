@@ -63,11 +63,11 @@ public:
     const planner_options& settings = scorer_.options();
     validate_cluster(scorer_.cluster());
     if (settings.global_batch < 1)
-      throw input_error("--global-batch", 0, "must be at least 1, got " + std::to_string(settings.global_batch));
+      throw input_error("planner_options::global_batch", 0, "must be at least 1, got " + std::to_string(settings.global_batch));
     if (settings.batches < 1)
-      throw input_error("--batches", 0, "must be at least 1, got " + std::to_string(settings.batches));
+      throw input_error("planner_options::batches", 0, "must be at least 1, got " + std::to_string(settings.batches));
     if (!(settings.memory_headroom >= 0 && settings.memory_headroom < 1))
-      throw input_error("memory_headroom", 0, "must be in [0, 1)");
+      throw input_error("planner_options::memory_headroom", 0, "must be in [0, 1)");
     for (int m : settings.microbatch_counts)
       if (m < 1) throw input_error("microbatch_counts", 0, "every microbatch count must be >= 1");
   }
@@ -127,7 +127,7 @@ public:
     // layer split and per-batch policies they are candidates like any other.
     std::vector<parallel_config> baseline_configs;
     if (settings.baselines) {
-      for (const auto method : {detail::baseline_method::data_blind, detail::baseline_method::dflop_reference})
+      for (const auto method : {plan_method::data_blind, plan_method::dflop_reference})
         if (auto chosen = detail::choose_baseline(scorer_, candidates_.candidates, method))
           result.baselines.push_back(std::move(*chosen));
       for (const auto& baseline : result.baselines) baseline_configs.push_back(baseline.config);
@@ -200,7 +200,7 @@ public:
 
   //! The layout (layer splits, op lists) of a chosen method's configuration.
   [[nodiscard]] plan_layout layout_of(const method_result& chosen) {
-    if (chosen.method == "dflop") return scorer_.layouts().layout_of(chosen.config, scorer_.partitioner());
+    if (chosen.method == plan_method::dflop) return scorer_.layouts().layout_of(chosen.config, scorer_.partitioner());
     return scorer_.layouts().layout_of(chosen.config, even_layers{});
   }
 
@@ -364,7 +364,7 @@ private:
       finalists.push_back(*found);
       if (new_best) {
         const plan_layout layout = scorer_.layouts().layout_of(found->config, scorer_.partitioner());
-        best = method_result{"dflop", found->config, layout.encoder, layout.llm, c.estimate, found->seconds, true, 0, 0};
+        best = method_result{plan_method::dflop, found->config, layout.encoder, layout.llm, c.estimate, found->seconds, true, 0, 0};
       }
     }
     bar.finish();
@@ -403,7 +403,7 @@ private:
       }
       if (scorer_.checks().memory_shortfall(finalist.config, scorer_.partitioner(), tails) > 0) continue;  // another slot order, another tail: still must fit
       if (!best || seconds < best->iteration_seconds) {
-        best = method_result{"dflop", finalist.config, layout.encoder, layout.llm, finalist.estimate, seconds, true, 0, 0};
+        best = method_result{plan_method::dflop, finalist.config, layout.encoder, layout.llm, finalist.estimate, seconds, true, 0, 0};
         best->peak_memory_gib = detail::peak_gib(scorer_.checks().stage_memories(finalist.config, scorer_.partitioner(), tails));
         tail_cache_ = std::move(tails);
       }

@@ -38,7 +38,7 @@ concept schedule_make_returns_pipeline_schedule = requires(const T& policy, cons
 }  // namespace concept_clauses
 
 //! A schedule policy: `name()` for reports and `make(shape)` building the op lists
-//! for `shape.stages` ranks and `shape.microbatches` microbatches (throwing
+//! for `shape.ranks` ranks and `shape.microbatches` microbatches (throwing
 //! `schedule_error` for a shape it cannot serve).
 template <class T>
 concept schedule = concept_clauses::schedule_copyable<T> && concept_clauses::schedule_name<T> &&
@@ -47,10 +47,10 @@ concept schedule = concept_clauses::schedule_copyable<T> && concept_clauses::sch
 
 namespace detail {
 inline void require_positive_shape(const schedule_shape& shape, std::string_view policy) {
-  if (shape.stages == 0 || shape.microbatches == 0) {
+  if (shape.ranks == 0 || shape.microbatches == 0) {
     std::string text(policy);
     text.append(": needs at least one stage and one microbatch (got S=")
-        .append(std::to_string(shape.stages))
+        .append(std::to_string(shape.ranks))
         .append(", m=")
         .append(std::to_string(shape.microbatches))
         .append(")");
@@ -62,11 +62,11 @@ inline pipeline_schedule empty_schedule(std::string_view name, const schedule_sh
                                         bool split_backward) {
   pipeline_schedule result;
   result.name = std::string(name);
-  result.ranks = shape.stages;
+  result.ranks = shape.ranks;
   result.chunks = chunks;
   result.microbatches = shape.microbatches;
   result.split_backward = split_backward;
-  result.rank_ops.resize(shape.stages);
+  result.rank_ops.resize(shape.ranks);
   const std::size_t per_rank = static_cast<std::size_t>(result.kinds()) * shape.microbatches * chunks;
   for (auto& ops : result.rank_ops) ops.reserve(per_rank);
   return result;

@@ -20,7 +20,7 @@ struct gpipe {
   [[nodiscard]] pipeline_schedule make(const schedule_shape& shape) const {
     detail::require_positive_shape(shape, name());
     auto result = detail::empty_schedule(name(), shape, 1, false);
-    for (std::uint32_t rank = 0; rank < shape.stages; ++rank) {
+    for (std::uint32_t rank = 0; rank < shape.ranks; ++rank) {
       auto& ops = result.rank_ops[rank];
       for (std::uint32_t j = 0; j < shape.microbatches; ++j) ops.push_back({op_kind::forward, j, rank, 0});
       for (std::uint32_t j = 0; j < shape.microbatches; ++j) ops.push_back({op_kind::backward, j, rank, 0});

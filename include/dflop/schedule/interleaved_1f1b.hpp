@@ -33,7 +33,7 @@ struct interleaved_1f1b {
   //! Warm-up forwards on `rank` (Megatron's count, capped by v m).
   [[nodiscard]] std::uint32_t warmup(const schedule_shape& shape, std::uint32_t rank) const noexcept {
     const std::uint32_t total = shape.microbatches * chunks;
-    return std::min(2 * (shape.stages - 1 - rank) + (chunks - 1) * shape.stages, total);
+    return std::min(2 * (shape.ranks - 1 - rank) + (chunks - 1) * shape.ranks, total);
   }
 
   //! The op lists for `shape`.
@@ -45,14 +45,14 @@ struct interleaved_1f1b {
       plain.name = std::string(name());
       return plain;
     }
-    if (shape.microbatches % shape.stages != 0) {
+    if (shape.microbatches % shape.ranks != 0) {
       std::string text("interleaved: with ");
       text.append(std::to_string(chunks)).append(" chunks per rank the microbatches (m=");
       text.append(std::to_string(shape.microbatches)).append(") must be a multiple of the stages (S=");
-      text.append(std::to_string(shape.stages)).append(")");
+      text.append(std::to_string(shape.ranks)).append(")");
       throw schedule_error(text);
     }
-    const std::uint32_t S = shape.stages;
+    const std::uint32_t S = shape.ranks;
     const std::uint32_t m = shape.microbatches;
     // Megatron-core's schedule table: (microbatch, chunk) of the k-th forward.
     std::vector<std::pair<std::uint32_t, std::uint32_t>> table;

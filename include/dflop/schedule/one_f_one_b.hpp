@@ -21,7 +21,7 @@ struct one_f_one_b {
 
   //! Warm-up forwards on `rank`: min(S-1-rank, m).
   [[nodiscard]] static constexpr std::uint32_t warmup(const schedule_shape& shape, std::uint32_t rank) noexcept {
-    return std::min(shape.stages - 1 - rank, shape.microbatches);
+    return std::min(shape.ranks - 1 - rank, shape.microbatches);
   }
 
   //! The op lists for `shape`.
@@ -29,7 +29,7 @@ struct one_f_one_b {
     detail::require_positive_shape(shape, name());
     auto result = detail::empty_schedule(name(), shape, 1, false);
     const std::uint32_t m = shape.microbatches;
-    for (std::uint32_t rank = 0; rank < shape.stages; ++rank) {
+    for (std::uint32_t rank = 0; rank < shape.ranks; ++rank) {
       auto& ops = result.rank_ops[rank];
       const std::uint32_t warm = warmup(shape, rank);
       for (std::uint32_t j = 0; j < warm; ++j) ops.push_back({op_kind::forward, j, rank, 0});

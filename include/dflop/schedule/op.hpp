@@ -61,7 +61,7 @@ inline std::ostream& operator<<(std::ostream& out, const pipeline_op& op) {
 
 //! The size of a pipeline to schedule: ranks (pipeline stages) and microbatches.
 struct schedule_shape {
-  std::uint32_t stages = 1;        //!< pipeline ranks S (model stages per rank are the policy's business)
+  std::uint32_t ranks = 1;         //!< pipeline ranks S (model stages per rank, `chunks`, are the policy's business)
   std::uint32_t microbatches = 1;  //!< microbatches m per iteration
 
   friend bool operator==(const schedule_shape&, const schedule_shape&) = default;

@@ -34,7 +34,7 @@ struct zero_bubble_h1 {
     detail::require_positive_shape(shape, name());
     auto result = detail::empty_schedule(name(), shape, 1, true);
     const std::uint32_t m = shape.microbatches;
-    for (std::uint32_t rank = 0; rank < shape.stages; ++rank) {
+    for (std::uint32_t rank = 0; rank < shape.ranks; ++rank) {
       auto& ops = result.rank_ops[rank];
       const std::uint32_t warm = one_f_one_b::warmup(shape, rank);
       const std::uint32_t lag = deferred(shape, rank);

@@ -24,7 +24,7 @@
 #include <dflop/exec/buffer_pool.hpp>
 #include <dflop/exec/communicator.hpp>
 #include <dflop/exec/detail/pool_memory.hpp>
-#include <dflop/exec/detail/receive_plan.hpp>
+#include <dflop/exec/detail/step_receives.hpp>
 #include <dflop/exec/detail/send_queue.hpp>
 #include <dflop/exec/detail/step_runtime.hpp>
 #include <dflop/exec/microbatch_view.hpp>
@@ -170,7 +170,7 @@ protected:
   buffer_pool<Communicator> pool_;
   send_queue<Communicator> sends_;
   std::vector<record> records_;
-  receive_plan<Communicator> receives_;
+  step_receives<Communicator> receives_;
   std::uint32_t m_ = 0;
   bool split_ = false;
 

@@ -36,12 +36,6 @@
 
 namespace dflop::detail {
 
-//! The data-blind method a baseline stands for.
-enum class baseline_method {
-  data_blind,       //!< mean-sample planning, sequential packing
-  dflop_reference,  //!< the DFLOP reference: refined packing, one microbatch in flight in its memory rule
-};
-
 //! Data-blind choices (both baselines), best first by the method's own model:
 //! even layer split, (m + S - 1) x slowest stage with mean-sample microbatches,
 //! each candidate with its first memory variant the method's memory model
@@ -58,8 +52,8 @@ template <class Scorer>
 class mean_ranking {
 public:
   //! Ranks `candidates` (which must outlive the ranking) for `method`.
-  mean_ranking(Scorer& scorer, std::span<const plan_candidate> candidates, baseline_method method)
-      : scorer_(&scorer), candidates_(candidates), reference_(method == baseline_method::dflop_reference),
+  mean_ranking(Scorer& scorer, std::span<const plan_candidate> candidates, plan_method method)
+      : scorer_(&scorer), candidates_(candidates), reference_(method == plan_method::dflop_reference),
         mean_(scorer.mean_sample()) {
     queue_.reserve(candidates.size());
     for (std::size_t i = 0; i < candidates.size(); ++i) {
@@ -165,7 +159,7 @@ private:
 
   method_result result_of(const entry& e) {
     const parallel_config config = scorer_->checks().memory_variants(candidates_[e.candidate].config)[e.variant];
-    return method_result{reference_ ? "dflop_reference" : "data_blind",
+    return method_result{reference_ ? plan_method::dflop_reference : plan_method::data_blind,
                          config,
                          scorer_->layouts().module_plan_of(module_kind::encoder, config.encoder, even_layers{}),
                          scorer_->layouts().module_plan_of(module_kind::llm, config.llm, even_layers{}),
@@ -193,7 +187,7 @@ template <class Scorer>
   const plan_layout layout = scorer.layouts().layout_of(choice.config, even_layers{});
   const batch_options options = as_baselines_run(scorer.options().batch);
   tail_samples tails;
-  if (choice.method == "data_blind")
+  if (choice.method == plan_method::data_blind)
     choice.iteration_seconds = scorer.scoring().simulate_all(layout, sequential_packer{}, options, &tails, tail_rule::p99);
   else
     choice.iteration_seconds = scorer.scoring().simulate_all(layout, refined_packer{}, options, &tails, tail_rule::p99);
@@ -209,7 +203,7 @@ template <class Scorer>
 //! nullopt when neither rule finds one.
 template <class Scorer>
 [[nodiscard]] std::optional<method_result> choose_baseline(Scorer& scorer, std::span<const plan_candidate> candidates,
-                                                           baseline_method method) {
+                                                           plan_method method) {
   std::size_t out_of_memory = 0;
   std::optional<method_result> with_savers;
   std::size_t attempts_before_savers = 0;
@@ -221,7 +215,7 @@ template <class Scorer>
     // Out of memory is known from the packing alone: no need to simulate it.
     const plan_layout layout = scorer.layouts().layout_of(choice.config, even_layers{});
     const batch_options options = as_baselines_run(scorer.options().batch);
-    const tail_samples tails = method == baseline_method::dflop_reference
+    const tail_samples tails = method == plan_method::dflop_reference
                                    ? scorer.scoring().assigned_tails(layout, refined_packer{}, options)
                                    : scorer.scoring().assigned_tails(layout, sequential_packer{}, options);
     if (scorer.checks().memory_shortfall(choice.config, even_layers{}, tails) > 0) {

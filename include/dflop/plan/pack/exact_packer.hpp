@@ -126,7 +126,7 @@ private:
 //! it proves infeasibility (`infeasible_error`) when no packing exists.
 struct exact_packer {
   //! Name used by tools and reports.
-  static constexpr std::string_view name = "exact";
+  [[nodiscard]] static constexpr std::string_view name() noexcept { return "exact"; }
   //! Largest N accepted.
   std::size_t max_samples = 32;
   //! Most search nodes before giving up.

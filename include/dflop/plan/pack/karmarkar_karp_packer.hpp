@@ -130,7 +130,7 @@ inline void differencing_fill(bin_state& state) {
 //! and swaps. Excellent on many small items; O(N log N + N log K). The seed is unused.
 struct karmarkar_karp_packer {
   //! Name used by tools and reports.
-  static constexpr std::string_view name = "karmarkar_karp";
+  [[nodiscard]] static constexpr std::string_view name() noexcept { return "karmarkar_karp"; }
 
   //! Packs `costs` into `bins` bins (see `dflop::packer`).
   void pack(const cost_matrix& costs, std::size_t bins, const pack_options& options, pack_workspace& workspace,
@@ -139,7 +139,7 @@ struct karmarkar_karp_packer {
     detail::bin_state state(costs, bins, options.caps, workspace);
     detail::order_by_decreasing_size(costs, workspace);
     detail::differencing_fill(state);
-    detail::enforce_caps(state, name);
+    detail::enforce_caps(state, name());
     detail::fill_empty_bins(state);
     detail::write_packing(state, result);
   }

@@ -89,7 +89,7 @@ inline void greedy_fill(bin_state& state, std::size_t candidates) {
 //! O(N log N + N candidates log K). The seed is unused.
 struct lpt_packer {
   //! Name used by tools and reports.
-  static constexpr std::string_view name = "lpt";
+  [[nodiscard]] static constexpr std::string_view name() noexcept { return "lpt"; }
   //! How many of the least-loaded bins each sample considers (all when >= K).
   std::size_t candidates = 4;
 
@@ -100,7 +100,7 @@ struct lpt_packer {
     detail::bin_state state(costs, bins, options.caps, workspace);
     detail::order_by_decreasing_size(costs, workspace);
     detail::greedy_fill(state, candidates);
-    detail::enforce_caps(state, name);
+    detail::enforce_caps(state, name());
     detail::fill_empty_bins(state);
     detail::write_packing(state, result);
   }

@@ -24,11 +24,12 @@ namespace concept_clauses {
 template <class P>
 concept packer_semiregular = std::semiregular<P>;
 
-//! `P::name` convertible to `std::string_view`: a static data member such as
-//! `static constexpr std::string_view name = "mine";` (a `name()` function fails).
+//! `name()` callable on a *const* policy, convertible to `std::string_view`:
+//! how every policy (partitioner, schedule, packer) says its name, e.g.
+//! `static constexpr std::string_view name() noexcept { return "mine"; }`.
 template <class P>
-concept packer_static_name = requires {
-  { P::name } -> std::convertible_to<std::string_view>;
+concept packer_name = requires(const P& policy) {
+  { policy.name() } -> std::convertible_to<std::string_view>;
 };
 
 //! `pack(costs, bins, options, workspace, result)` can be called on a *const*
@@ -51,10 +52,10 @@ concept packer_pack_returns_void = requires(const P& policy, const cost_matrix& 
 //! A packing policy. `p.pack(costs, K, options, workspace, result)` fills
 //! `result` (reusing its memory) with a packing of every sample into exactly one
 //! of K bins, none empty; throws `input_error` when N < K and `infeasible_error`
-//! when the caps cannot be met. Same inputs and seed: same result. `P::name` is
+//! when the caps cannot be met. Same inputs and seed: same result. `p.name()` is
 //! the name tools and reports use.
 template <class P>
-concept packer = concept_clauses::packer_semiregular<P> && concept_clauses::packer_static_name<P> &&
+concept packer = concept_clauses::packer_semiregular<P> && concept_clauses::packer_name<P> &&
                  concept_clauses::packer_pack_callable<P> && concept_clauses::packer_pack_returns_void<P>;
 
 //! Packs with `policy`, reusing `workspace`; returns the packing.

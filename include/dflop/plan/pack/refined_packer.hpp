@@ -290,7 +290,7 @@ private:
 //! ends worse, the descent's packing is returned.
 struct refined_packer {
   //! Name used by tools and reports.
-  static constexpr std::string_view name = "refined";
+  [[nodiscard]] static constexpr std::string_view name() noexcept { return "refined"; }
   //! Most local-search steps; 0 picks 4 N + 256. (The LPT descent is not counted.)
   std::size_t iteration_budget = 0;
   //! Wall-clock limit of the local search in seconds; 0 means none. A limit
@@ -320,7 +320,7 @@ struct refined_packer {
       detail::bin_state state(costs, bins, options.caps, workspace);
       try {
         detail::differencing_fill(state);
-        detail::enforce_caps(state, name);
+        detail::enforce_caps(state, name());
         detail::fill_empty_bins(state);
         start = state.makespan();
         workspace.saved_bin_of = workspace.bin_of;
@@ -334,7 +334,7 @@ struct refined_packer {
     bool at_descent = false;  // the state is the descent's local optimum
     double bound = 0;
     try {  // Start 2: LPT (as `lpt_descent` starts); keep the better.
-      detail::lpt_start(state, detail::lpt_start_candidates(bins), name);
+      detail::lpt_start(state, detail::lpt_start_candidates(bins), name());
       bound = detail::lower_bound(costs, bins, workspace.scratch);
       if (descend) {
         // The simple local search this packer must never lose to, run from this
@@ -352,8 +352,8 @@ struct refined_packer {
     } catch (const infeasible_error&) {
       if (failure) {  // neither balanced start meets the caps: fill by the caps first
         state.clear();
-        detail::cap_first_fill(state, name);
-        detail::enforce_caps(state, name);
+        detail::cap_first_fill(state, name());
+        detail::enforce_caps(state, name());
         detail::fill_empty_bins(state);
       } else {
         state.load_assignment(workspace.saved_bin_of);

@@ -16,7 +16,7 @@ namespace dflop {
 //! where they fit. O(N + K). The seed is unused.
 struct sequential_packer {
   //! Name used by tools and reports.
-  static constexpr std::string_view name = "sequential";
+  [[nodiscard]] static constexpr std::string_view name() noexcept { return "sequential"; }
 
   //! Packs `costs` into `bins` bins (see `dflop::packer`).
   void pack(const cost_matrix& costs, std::size_t bins, const pack_options& options, pack_workspace& workspace,
@@ -26,7 +26,7 @@ struct sequential_packer {
     const std::size_t n = costs.samples();
     for (std::size_t k = 0; k < bins; ++k)
       for (std::size_t i = k * n / bins; i < (k + 1) * n / bins; ++i) state.assign(i, k);
-    detail::enforce_caps(state, name);
+    detail::enforce_caps(state, name());
     detail::fill_empty_bins(state);
     detail::write_packing(state, result);
   }

@@ -55,7 +55,7 @@ struct planned_receive {
 
 //! A step's receives, in the order of the ops that need them.
 template <class Communicator>
-class receive_plan {
+class step_receives {
 public:
   //! Forgets the previous step's receives.
   void clear() {
