@@ -56,10 +56,8 @@ class executor : public detail::op_loop<Communicator, executor<Communicator, Sta
 public:
   //! The context the stages receive.
   using context = typename loop::context;
-  //! How a rank's stages are held.
-  using stage_type = detail::stage_slot_t<Stages...>;
-  static_assert(sizeof...(Stages) > 0, "dflop::executor needs at least one stage type");
-  static_assert((detail::check_stage<Stages, context>() && ...));
+  //! How a rank's stages are held, each stage type checked first (`detail::checked_stage_slot`).
+  using stage_type = typename detail::checked_stage_slot<context, Stages...>::type;
 
   //! An executor for world rank `world.rank()` of a pipeline with `pipeline_ranks`
   //! ranks; `stages[c]` is the rank's chunk c (model stage c * pipeline_ranks +

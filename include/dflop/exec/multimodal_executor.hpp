@@ -61,10 +61,8 @@ class multimodal_executor : public detail::op_loop<Communicator, multimodal_exec
 public:
   //! The context the stages receive.
   using context = typename loop::context;
-  //! How the rank's stage is held.
-  using stage_type = detail::stage_slot_t<Stages...>;
-  static_assert(sizeof...(Stages) > 0, "dflop::multimodal_executor needs at least one stage type");
-  static_assert((detail::check_stage<Stages, context>() && ...));
+  //! How the rank's stage is held, each stage type checked first (`detail::checked_stage_slot`).
+  using stage_type = typename detail::checked_stage_slot<context, Stages...>::type;
 
   //! The executor of world rank `world.rank()` in `layout`, running `stage` (the
   //! stage `layout.role(world.rank())` names). `world` must outlive the executor.

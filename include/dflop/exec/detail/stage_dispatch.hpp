@@ -21,6 +21,16 @@ template <class... Stages>
 using stage_slot_t =
     std::conditional_t<sizeof...(Stages) == 1, typename first_type<Stages...>::type, std::variant<Stages...>>;
 
+//! The stage type of an executor over `Stages...` whose stages receive
+//! `Context`, after each stage type is checked member by member
+//! (`check_stage`: a stage missing one gets a message naming it).
+template <class Context, class... Stages>
+struct checked_stage_slot {
+  static_assert(sizeof...(Stages) > 0, "dflop: an executor needs at least one stage type");
+  static_assert((check_stage<Stages, Context>() && ...));
+  using type = stage_slot_t<Stages...>;  //!< the one stage type, or a variant of them
+};
+
 template <class T>
 inline constexpr bool is_variant = false;
 template <class... T>
