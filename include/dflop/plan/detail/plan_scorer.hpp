@@ -88,8 +88,6 @@ public:
   [[nodiscard]] const std::vector<std::vector<sample>>& batches() const noexcept { return batches_.scoring; }
   //! The workload's heaviest sample per module, alone (`sampled_batches::heaviest`).
   [[nodiscard]] const tail_samples& heaviest_samples() const noexcept { return batches_.heaviest; }
-  //! The heaviest of many drawn global batches (`sampled_batches::tails`).
-  [[nodiscard]] const std::vector<std::vector<sample>>& tail_batches() const noexcept { return batches_.tails; }
 
   //! Samples the search's batches from `workload` and forgets every cached
   //! price, split and schedule (they depend on the batches).
