@@ -12,19 +12,8 @@
 //! c = 0..v-1 of its pipeline rank, i.e. model stages c * pipeline_ranks + pipeline_rank.
 #pragma once
 
-#include <dflop/error.hpp>
-#include <dflop/exec/buffer_pool.hpp>
-#include <dflop/exec/communicator.hpp>
-#include <dflop/exec/detail/op_loop.hpp>
+#include <dflop/exec/detail/op_loop.hpp>  // and the executor vocabulary it brings
 #include <dflop/exec/detail/step_receives.hpp>
-#include <dflop/exec/detail/stage_dispatch.hpp>
-#include <dflop/exec/detail/step_runtime.hpp>
-#include <dflop/exec/failure.hpp>
-#include <dflop/exec/microbatch_view.hpp>
-#include <dflop/exec/stage.hpp>
-#include <dflop/exec/step_result.hpp>
-#include <dflop/schedule/op.hpp>
-#include <dflop/schedule/validate.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -49,15 +38,13 @@ namespace dflop {
 //! with `Communicator`. One executor per rank; all ranks construct theirs together
 //! (construction splits the data-parallel group) and call `step` together.
 template <communicator Communicator, class... Stages>
-class executor : public detail::op_loop<Communicator, executor<Communicator, Stages...>> {
-  using loop = detail::op_loop<Communicator, executor>;
+class executor : public detail::op_loop<Communicator, executor<Communicator, Stages...>, Stages...> {
+  using loop = detail::op_loop<Communicator, executor, Stages...>;
   friend loop;
 
 public:
-  //! The context the stages receive.
-  using context = typename loop::context;
-  //! How a rank's stages are held, each stage type checked first (`detail::checked_stage_slot`).
-  using stage_type = typename detail::checked_stage_slot<context, Stages...>::type;
+  using typename loop::context;     // the context the stages receive
+  using typename loop::stage_type;  // how a rank's stages are held (one type, or a variant)
 
   //! An executor for world rank `world.rank()` of a pipeline with `pipeline_ranks`
   //! ranks; `stages[c]` is the rank's chunk c (model stage c * pipeline_ranks +
@@ -81,7 +68,7 @@ public:
   //! every rank), `pipeline_aborted` when another rank failed, `watchdog_timeout`,
   //! `schedule_error` for a schedule that does not fit this executor.
   step_result step(const pipeline_schedule& schedule, const step_batch& batch) {
-    return detail::guarded_step(*world_, [&] { return run(schedule, batch); });
+    return detail::guarded_step(*this->world_, [&] { return run(schedule, batch); });
   }
 
   //! The rank's stages (chunk c at index c): parameters and gradients live there.
@@ -95,10 +82,6 @@ public:
 
 private:
   using record = typename loop::record;
-  using loop::m_;
-  using loop::receives_;
-  using loop::records_;
-  using loop::world_;
 
   [[nodiscard]] int world_rank_of(std::uint32_t stage) const noexcept {
     return static_cast<int>(replica_ * ranks_ + stage % ranks_);
@@ -108,7 +91,7 @@ private:
   }
   // Tag of the message into `stage` for `microbatch`: an activation (F) or a gradient (B).
   [[nodiscard]] int tag_of(bool gradient, std::uint32_t microbatch, std::uint32_t stage) const noexcept {
-    return static_cast<int>(((gradient ? 1U : 0U) * m_ + microbatch) * stages_count_ + stage);
+    return static_cast<int>(((gradient ? 1U : 0U) * this->m_ + microbatch) * stages_count_ + stage);
   }
   template <class F>
   decltype(auto) with(std::uint32_t chunk, F&& f) {
@@ -134,11 +117,11 @@ private:
       for (const auto& need : dependencies(schedule, op)) {
         if (!crosses_ranks(schedule, need, op)) continue;
         const bool gradient = op.kind == op_kind::backward;
-        const microbatch_view mb = batch.view(replica_, op.microbatch, m_);
+        const microbatch_view mb = batch.view(replica_, op.microbatch, this->m_);
         const std::size_t bytes = with(op.chunk, [&](auto& stage) -> std::size_t {
           return gradient ? stage.output_bytes(mb) : stage.input_bytes(mb);
         });
-        receives_.add({.needed_at = i,
+        this->receives_.add({.needed_at = i,
                        .sent_at = this->sent_at(schedule, need),
                        .peer = world_rank_of(need.stage),
                        .tag = tag_of(gradient, op.microbatch, op.stage),
@@ -149,7 +132,7 @@ private:
                        .gradient = gradient});
       }
     }
-    receives_.finish();
+    this->receives_.finish();
   }
 
   step_result run(const pipeline_schedule& schedule, const step_batch& batch) {
@@ -164,8 +147,8 @@ private:
   }
 
   // The op loop's questions (see op_loop.hpp).
-  record& record_for(const pipeline_op& op) { return records_[record_of(op.microbatch, op.chunk)]; }
-  microbatch_view samples_for(const pipeline_op& op) const { return batch_->view(replica_, op.microbatch, m_); }
+  record& record_for(const pipeline_op& op) { return this->records_[record_of(op.microbatch, op.chunk)]; }
+  microbatch_view samples_for(const pipeline_op& op) const { return batch_->view(replica_, op.microbatch, this->m_); }
   stage_type& stage_for(const pipeline_op& op) { return stages_[op.chunk]; }
   void describe(context& ctx, const pipeline_op& op) const {
     ctx.stage = op.stage;
@@ -178,23 +161,23 @@ private:
   void before_call(const pipeline_op&, record&) const noexcept {}
   // F's output goes to the next stage: another rank, or this rank's next chunk.
   void forwarded(const pipeline_op& op, pooled_buffer& output) {
-    if (world_rank_of(op.stage + 1) != world_->rank())
+    if (world_rank_of(op.stage + 1) != this->world_->rank())
       this->send(output.bytes(), output, world_rank_of(op.stage + 1), tag_of(false, op.microbatch, op.stage + 1));
     else
-      records_[record_of(op.microbatch, (op.stage + 1) / ranks_)].input = std::exchange(output, {});
+      this->records_[record_of(op.microbatch, (op.stage + 1) / ranks_)].input = std::exchange(output, {});
   }
   // B's input gradient goes to the previous stage likewise.
   void backpropagated(const pipeline_op& op, pooled_buffer& input_grad) {
-    if (world_rank_of(op.stage - 1) != world_->rank())
+    if (world_rank_of(op.stage - 1) != this->world_->rank())
       this->send(input_grad.bytes(), input_grad, world_rank_of(op.stage - 1), tag_of(true, op.microbatch, op.stage - 1));
     else
-      records_[record_of(op.microbatch, (op.stage - 1) / ranks_)].output_grad = std::exchange(input_grad, {});
+      this->records_[record_of(op.microbatch, (op.stage - 1) / ranks_)].output_grad = std::exchange(input_grad, {});
   }
   // Data-parallel gradient sum per stage; the last stage's rank holds the loss.
   void sum_gradients() {
     for (auto& stage : stages_) detail::sum_gradients(data_parallel_.front(), stage);
   }
-  [[nodiscard]] bool holds_loss() const noexcept { return world_rank_of(stages_count_ - 1) == world_->rank(); }
+  [[nodiscard]] bool holds_loss() const noexcept { return world_rank_of(stages_count_ - 1) == this->world_->rank(); }
 
   std::vector<stage_type> stages_;
   std::vector<Communicator> data_parallel_;  // this pipeline rank's data-parallel group (one entry)

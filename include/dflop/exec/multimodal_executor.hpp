@@ -23,21 +23,10 @@
 //! stage counted once, by its TP rank 0). Any failure stops every rank.
 #pragma once
 
-#include <dflop/error.hpp>
-#include <dflop/exec/buffer_pool.hpp>
-#include <dflop/exec/communicator.hpp>
-#include <dflop/exec/detail/op_loop.hpp>
+#include <dflop/exec/detail/op_loop.hpp>  // and the executor vocabulary it brings
 #include <dflop/exec/detail/step_receives.hpp>
-#include <dflop/exec/detail/stage_dispatch.hpp>
-#include <dflop/exec/detail/step_runtime.hpp>
-#include <dflop/exec/failure.hpp>
 #include <dflop/exec/handoff.hpp>
-#include <dflop/exec/microbatch_view.hpp>
-#include <dflop/exec/stage.hpp>
-#include <dflop/exec/step_result.hpp>
 #include <dflop/plan/world_layout.hpp>
-#include <dflop/schedule/op.hpp>
-#include <dflop/schedule/validate.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -54,15 +43,13 @@ namespace dflop {
 //! (construction splits the data-parallel and tensor-parallel groups) and call
 //! `step` together.
 template <communicator Communicator, class... Stages>
-class multimodal_executor : public detail::op_loop<Communicator, multimodal_executor<Communicator, Stages...>> {
-  using loop = detail::op_loop<Communicator, multimodal_executor>;
+class multimodal_executor : public detail::op_loop<Communicator, multimodal_executor<Communicator, Stages...>, Stages...> {
+  using loop = detail::op_loop<Communicator, multimodal_executor, Stages...>;
   friend loop;
 
 public:
-  //! The context the stages receive.
-  using context = typename loop::context;
-  //! How the rank's stage is held, each stage type checked first (`detail::checked_stage_slot`).
-  using stage_type = typename detail::checked_stage_slot<context, Stages...>::type;
+  using typename loop::context;     // the context the stages receive
+  using typename loop::stage_type;  // how the rank's stage is held (one type, or a variant)
 
   //! The executor of world rank `world.rank()` in `layout`, running `stage` (the
   //! stage `layout.role(world.rank())` names). `world` must outlive the executor.
@@ -91,7 +78,7 @@ public:
   //! that does not (see `handoff_routes::build`) or a stage whose hand-off sizes are
   //! not per-sample sums.
   step_result step(const pipeline_schedule& schedule, const multimodal_batch& batch) {
-    return detail::guarded_step(*world_, [&] { return run(schedule, batch); });
+    return detail::guarded_step(*this->world_, [&] { return run(schedule, batch); });
   }
 
   //! The rank's stage: parameters and gradients live there.
@@ -108,10 +95,6 @@ public:
 
 private:
   using record = typename loop::record;
-  using loop::m_;
-  using loop::receives_;
-  using loop::records_;
-  using loop::world_;
   // This rank's share of one hand-off message, for one schedule microbatch and one peer replica.
   struct handoff_bytes {
     std::size_t offset = 0;
@@ -127,15 +110,15 @@ private:
   // Tags: activations and gradients between stages of a module, then hand-offs
   // per (direction, microbatch, encoder replica, LLM replica), then TP broadcasts.
   [[nodiscard]] int pipeline_tag(bool gradient, std::uint32_t j, std::uint32_t position) const noexcept {
-    return static_cast<int>(((gradient ? 1U : 0U) * m_ + j) * positions_ + position);
+    return static_cast<int>(((gradient ? 1U : 0U) * this->m_ + j) * positions_ + position);
   }
   [[nodiscard]] int handoff_tag(bool gradient, std::uint32_t j, std::uint32_t e, std::uint32_t r) const noexcept {
-    const std::size_t base = 2ULL * m_ * positions_;
-    return static_cast<int>(base + (((gradient ? 1U : 0U) * m_ + j) * encoders_ + e) * llms_ + r);
+    const std::size_t base = 2ULL * this->m_ * positions_;
+    return static_cast<int>(base + (((gradient ? 1U : 0U) * this->m_ + j) * encoders_ + e) * llms_ + r);
   }
   [[nodiscard]] int broadcast_tag(bool gradient, std::uint32_t j) const noexcept {
-    const std::size_t base = 2ULL * m_ * positions_ + 2ULL * m_ * encoders_ * llms_;
-    return static_cast<int>(base + (gradient ? 1U : 0U) * m_ + j);
+    const std::size_t base = 2ULL * this->m_ * positions_ + 2ULL * this->m_ * encoders_ * llms_;
+    return static_cast<int>(base + (gradient ? 1U : 0U) * this->m_ + j);
   }
   [[nodiscard]] std::span<const std::uint32_t> samples_of(std::uint32_t j, const multimodal_batch& batch) const {
     const std::uint32_t k = batch.slot(j);
@@ -168,11 +151,11 @@ private:
   void plan_handoff(const multimodal_batch& batch) {
     const std::uint32_t peers = llm_first() ? encoders_ : encoder_last() ? llms_ : 0;
     peers_ = peers;
-    handoff_.assign(static_cast<std::size_t>(m_) * peers, handoff_bytes{});
-    any_feeds_.assign(m_, 0);
+    handoff_.assign(static_cast<std::size_t>(this->m_) * peers, handoff_bytes{});
+    any_feeds_.assign(this->m_, 0);
     if (peers == 0) return;
     const std::uint32_t q = role_.replica;
-    for (std::uint32_t j = 0; j < m_; ++j) {
+    for (std::uint32_t j = 0; j < this->m_; ++j) {
       const std::uint32_t k = batch.slot(j);
       const auto samples = samples_of(j, batch);
       const microbatch_view mb(batch.samples, samples);
@@ -205,7 +188,7 @@ private:
   }
 
   void plan_receives(const pipeline_schedule& schedule, const multimodal_batch& batch) {
-    routes_.build(batch, m_, encoders_, llms_);
+    routes_.build(batch, this->m_, encoders_, llms_);
     plan_handoff(batch);
     const auto& ops = schedule.rank_ops[role_.position];
     const auto sent_at = [&](op_kind kind, std::uint32_t j, std::uint32_t position) -> std::size_t {
@@ -221,32 +204,32 @@ private:
       if (op.kind == op_kind::forward && p > 0) {
         const std::size_t in = input_bytes(mb);
         if (!llm_first()) {
-          receives_.add({i, sent_at(op_kind::forward, j, p - 1), rank_at(p - 1, q, t), pipeline_tag(false, j, p), j, 0,
+          this->receives_.add({i, sent_at(op_kind::forward, j, p - 1), rank_at(p - 1, q, t), pipeline_tag(false, j, p), j, 0,
                          in, in, false});
         } else if (t == 0) {
           for (std::uint32_t e = 0; e < encoders_; ++e)
             if (const auto& h = handoff_[static_cast<std::size_t>(j) * peers_ + e]; h.feeds)
-              receives_.add({i, sent_at(op_kind::forward, j, p - 1), rank_at(p - 1, e, 0), handoff_tag(false, j, e, q),
+              this->receives_.add({i, sent_at(op_kind::forward, j, p - 1), rank_at(p - 1, e, 0), handoff_tag(false, j, e, q),
                              j, h.offset, h.bytes, in, false});
         } else if (any_feeds_[j]) {
-          receives_.add({i, i, rank_at(p, q, 0), broadcast_tag(false, j), j, 0, in, in, false});
+          this->receives_.add({i, i, rank_at(p, q, 0), broadcast_tag(false, j), j, 0, in, in, false});
         }
       } else if (op.kind == op_kind::backward && p + 1 < positions_) {
         const std::size_t out = output_bytes(mb);
         if (!encoder_last()) {
-          receives_.add({i, sent_at(op_kind::backward, j, p + 1), rank_at(p + 1, q, t), pipeline_tag(true, j, p), j, 0,
+          this->receives_.add({i, sent_at(op_kind::backward, j, p + 1), rank_at(p + 1, q, t), pipeline_tag(true, j, p), j, 0,
                          out, out, true});
         } else if (t == 0) {
           for (std::uint32_t r = 0; r < llms_; ++r)
             if (const auto& h = handoff_[static_cast<std::size_t>(j) * peers_ + r]; h.feeds)
-              receives_.add({i, sent_at(op_kind::backward, j, p + 1), rank_at(p + 1, r, 0), handoff_tag(true, j, q, r),
+              this->receives_.add({i, sent_at(op_kind::backward, j, p + 1), rank_at(p + 1, r, 0), handoff_tag(true, j, q, r),
                              j, h.offset, h.bytes, out, true});
         } else if (any_feeds_[j]) {
-          receives_.add({i, i, rank_at(p, q, 0), broadcast_tag(true, j), j, 0, out, out, true});
+          this->receives_.add({i, i, rank_at(p, q, 0), broadcast_tag(true, j), j, 0, out, out, true});
         }
       }
     }
-    receives_.finish();
+    this->receives_.finish();
   }
 
   // TP rank 0 forwards a record buffer it assembled from hand-offs to its TP peers.
@@ -265,7 +248,7 @@ private:
   }
 
   // The op loop's questions (see op_loop.hpp).
-  record& record_for(const pipeline_op& op) { return records_[op.microbatch]; }
+  record& record_for(const pipeline_op& op) { return this->records_[op.microbatch]; }
   microbatch_view samples_for(const pipeline_op& op) const {
     return microbatch_view(batch_->samples, samples_of(op.microbatch, *batch_));
   }

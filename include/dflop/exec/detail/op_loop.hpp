@@ -18,14 +18,21 @@
 //! - `void forwarded(const pipeline_op&, pooled_buffer& output)`: send or hand over F's output;
 //! - `void backpropagated(const pipeline_op&, pooled_buffer& input_grad)`: likewise B's input gradient;
 //! - `void sum_gradients()` and `bool holds_loss()`: the step's close.
+//!
+//! This header is the executors' common ground: an executor derives from
+//! `op_loop<Communicator, itself, Stages...>` and gets from it the context and
+//! stage-slot types and the vocabulary below (errors, buffers, the
+//! communicator concept, stages, step results, schedule ops).
 #pragma once
 
 #include <dflop/error.hpp>
 #include <dflop/exec/buffer_pool.hpp>
 #include <dflop/exec/communicator.hpp>
+#include <dflop/exec/failure.hpp>
 #include <dflop/exec/detail/pool_memory.hpp>
 #include <dflop/exec/detail/step_receives.hpp>
 #include <dflop/exec/detail/send_queue.hpp>
+#include <dflop/exec/detail/stage_dispatch.hpp>
 #include <dflop/exec/detail/step_runtime.hpp>
 #include <dflop/exec/microbatch_view.hpp>
 #include <dflop/exec/stage.hpp>
@@ -42,12 +49,16 @@
 
 namespace dflop::detail {
 
-//! The shared step of `Derived` (an executor over `Communicator`; see the file comment).
-template <class Communicator, class Derived>
+//! The shared step of `Derived` (an executor over `Communicator` running
+//! `Stages...`; see the file comment).
+template <class Communicator, class Derived, class... Stages>
 class op_loop {
 public:
   //! The context the stages receive.
   using context = basic_stage_context<typename Communicator::resource_type>;
+  //! How the executor holds a stage: the one stage type, or a variant of
+  //! `Stages...`, each type checked member by member first (`checked_stage_slot`).
+  using stage_type = typename checked_stage_slot<context, Stages...>::type;
 
   //! Blocks the buffer pool holds.
   [[nodiscard]] std::size_t pool_buffers() const noexcept { return pool_.allocations(); }
