@@ -41,7 +41,8 @@ void plan_case(benchmark::State& state, const std::string& mixture, const std::s
   dflop::plan result;
   for (auto _ : state) {
     dflop::planner<dflop::flops_cost_model, dflop::analytic_memory_model> planner(
-        model, cluster, dflop::flops_cost_model(model, cluster.gpu), dflop::analytic_memory_model(model), options);
+        model, cluster, dflop::flops_cost_model(model, cluster.gpu), dflop::analytic_memory_model(model), options, {},
+        {}, dflop::named_schedule("auto"));  // as `dflop plan` does: the schedule is searched
     try {
       result = planner.make_plan(workload(mixture));
     } catch (const dflop::infeasible_error& e) {
@@ -61,6 +62,9 @@ void plan_case(benchmark::State& state, const std::string& mixture, const std::s
   state.counters["finalists_s"] = result.search.finalist_seconds;
   state.counters["baselines_s"] = result.search.baseline_seconds;
   state.counters["candidates"] = static_cast<double>(result.search.candidates);
+  // Each schedule's best finalist (ZB-H1 chosen: zb-h1_s is dflop_s).
+  for (const auto& trial : result.search.schedules) state.counters[trial.schedule + "_s"] = trial.seconds;
+  state.SetLabel("schedule " + result.schedule);
 }
 
 void register_cases() {

@@ -47,8 +47,16 @@ TEST_CASE("plan --json prints the configuration, prediction, memory and both bas
   }
   CHECK(gpus == 16);
   CHECK(config["microbatches"].get<int>() >= 1);
-  CHECK(config["schedule"] == "1f1b");
   const double seconds = plan["iteration_seconds"].get<double>();
+  // --schedule auto (the default): the finalists scored under both schedules, the faster kept.
+  const auto& trials = plan["search"]["schedules"];
+  REQUIRE(trials.size() == 2);
+  CHECK(trials[0]["schedule"] == "zb-h1");
+  CHECK(trials[1]["schedule"] == "1f1b");
+  const bool second_wins = trials[1]["iteration_seconds"].get<double>() > 0 &&
+                           trials[1]["iteration_seconds"].get<double>() < trials[0]["iteration_seconds"].get<double>();
+  CHECK(config["schedule"] == trials[second_wins ? 1 : 0]["schedule"]);
+  CHECK(seconds == trials[second_wins ? 1 : 0]["iteration_seconds"].get<double>());
   CHECK(seconds > 0);
   CHECK(plan["samples_per_second"].get<double>() == Approx(64 / seconds));
   CHECK(plan["ideal_seconds"].get<double>() <= seconds);
@@ -59,6 +67,7 @@ TEST_CASE("plan --json prints the configuration, prediction, memory and both bas
     const auto& baseline = plan["baselines"][method];
     REQUIRE(baseline.is_object());
     CHECK(baseline["config"].contains("encoder"));
+    CHECK(baseline["config"]["schedule"] == config["schedule"]);  // methods are compared on one schedule
     CHECK(baseline["iteration_seconds"].get<double>() >= seconds * (1 - 1e-12));
   }
 }

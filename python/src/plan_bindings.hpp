@@ -36,13 +36,6 @@ using plan_pipeline = pipeline<flops_cost_model, min_max_layers, refined_packer,
 
 namespace detail {
 
-//! `dflop plan`'s schedule check: a one-chunk schedule by name.
-inline named_schedule one_chunk_schedule(const std::string& name) {
-  for (auto known : schedule_names)
-    if (known == name && known != "interleaved") return named_schedule(name);
-  throw input_error("schedule", 0, "'" + name + "' is not a one-chunk schedule (gpipe, 1f1b, zb-h1)");
-}
-
 //! Plans as `dflop plan` does (tools/cli/command_plan.cpp), without progress output.
 inline plan make_plan(std::span<const sample> workload, const multimodal_spec& model, const cluster_spec& cluster,
                       int global_batch, int batches, std::uint64_t seed, const std::string& schedule,
@@ -55,7 +48,7 @@ inline plan make_plan(std::span<const sample> workload, const multimodal_spec& m
   settings.threads = threads;
   planner<flops_cost_model, analytic_memory_model> search(model, cluster, flops_cost_model(model, cluster.gpu),
                                                           analytic_memory_model(model), settings, {}, {},
-                                                          one_chunk_schedule(schedule));
+                                                          plannable_schedule(schedule, "schedule"));
   return search.make_plan(workload);
 }
 
@@ -256,7 +249,7 @@ inline void add_plan_bindings(py::module_& module) {
                                  exclude_unfittable);
       },
       py::arg("workload"), py::arg("model"), py::arg("cluster"), py::kw_only(), py::arg("global_batch") = 512,
-      py::arg("batches") = 4, py::arg("seed") = 0, py::arg("schedule") = "1f1b", py::arg("threads") = 0,
+      py::arg("batches") = 4, py::arg("seed") = 0, py::arg("schedule") = "auto", py::arg("threads") = 0,
       py::arg("exclude_unfittable") = false,
       "Chooses the 3D parallel configuration for a workload, model and cluster, as `dflop plan` does with the "
       "same --global-batch, --batches, --seed and --schedule (the plan does not depend on `threads`; 0: all "

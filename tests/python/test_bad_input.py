@@ -140,7 +140,7 @@ def test_bad_plan_requests():
     workload = dflop.generate_mixture("onevision", 300, 1)
     with pytest.raises(dflop.InputError, match="need at least 2 GPUs"):
         dflop.plan(workload, "siglip-400m+qwen2.5-7b", dflop.Cluster(1, 8))
-    with pytest.raises(dflop.InputError, match="not a one-chunk schedule"):
+    with pytest.raises(dflop.InputError, match="neither 'auto' nor a one-chunk schedule"):
         dflop.plan(workload, "siglip-400m+qwen2.5-7b", dflop.Cluster(8), schedule="interleaved")
     with pytest.raises(dflop.InputError, match="300 samples cannot fill a global batch of 512"):
         dflop.plan(workload, "siglip-400m+qwen2.5-7b", dflop.Cluster(8))

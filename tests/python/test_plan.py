@@ -19,7 +19,7 @@ def test_the_readme_call_prints_the_cli_figure(cli_json):
     assert without_timings(plan.to_dict()) == without_timings(expected)
 
 
-@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1", "gpipe"])
+@pytest.mark.parametrize("schedule", ["auto", "1f1b", "zb-h1", "gpipe"])
 def test_plan_of_a_trace_equals_the_cli(cli_json, small_trace, schedule):
     path, samples = small_trace
     expected = cli_json("plan", "--workload", path, "--gpus", 16, "--global-batch", 64, "--batches", 2, "--seed", 5,

@@ -36,7 +36,7 @@ struct plan_command_options {
   int gpus_per_node = 8;
   std::string gpu = "h100-80gb";
   int global_batch = 512;
-  std::string schedule = "1f1b";
+  std::string schedule = "auto";
   int batches = 4;
   std::uint64_t seed = 0;
   bool json = false;
@@ -51,12 +51,7 @@ void run_plan(const plan_command_options& options) {
   const auto workload = options.workload.empty() ? dflop::default_workload() : dflop::read_trace_file(options.workload);
   const dflop::multimodal_spec model = dflop::load_model(options.model, "--model");
   const dflop::cluster_spec cluster{options.gpus, options.gpus_per_node, dflop::load_gpu(options.gpu, "--gpu")};
-  const dflop::named_schedule schedule = [&] {
-    for (auto name : dflop::schedule_names)
-      if (name == options.schedule && name != "interleaved") return dflop::named_schedule(options.schedule);
-    throw dflop::input_error("--schedule", 0,
-                             "'" + options.schedule + "' is not a one-chunk schedule (gpipe, 1f1b, zb-h1)");
-  }();
+  const dflop::named_schedule schedule = dflop::plannable_schedule(options.schedule, "--schedule");
 
   dflop::planner_options settings;
   settings.global_batch = options.global_batch;
@@ -140,7 +135,8 @@ void add_plan_flags(CLI::App& command, plan_command_options& options) {
   command.add_option("--gpus-per-node", options.gpus_per_node, "GPUs per node")->capture_default_str();
   command.add_option("--gpu", options.gpu, "GPU preset or a GPU JSON file")->capture_default_str();
   command.add_option("--global-batch", options.global_batch, "samples per iteration")->capture_default_str();
-  command.add_option("--schedule", options.schedule, "gpipe, 1f1b or zb-h1")->capture_default_str();
+  command.add_option("--schedule", options.schedule,
+                     "auto (the planner chooses among 1f1b and zb-h1), gpipe, 1f1b or zb-h1")->capture_default_str();
   command.add_option("--batches", options.batches, "sampled global batches each candidate is scored on")
       ->capture_default_str();
   command.add_option("--seed", options.seed, "sampling and packing seed")->capture_default_str();

@@ -52,6 +52,14 @@ struct method_result {
   friend bool operator==(const method_result&, const method_result&) = default;
 };
 
+//! One schedule the search scored its finalists under (`named_schedule("auto")`).
+struct schedule_trial {
+  std::string schedule;      //!< schedule name
+  double seconds = 0;        //!< predicted iteration of its best finalist (0: none fit under it)
+
+  friend bool operator==(const schedule_trial&, const schedule_trial&) = default;
+};
+
 //! What the search did.
 struct search_statistics {
   std::size_t candidates = 0;         //!< configurations enumerated (splits x degrees x microbatches)
@@ -64,6 +72,8 @@ struct search_statistics {
   double scoring_seconds = 0;         //!< of which: simulating candidates and finalists (dflop's own search)
   double finalist_seconds = 0;        //!< of `scoring_seconds`: scoring the finalists again with the configured order
   double baseline_seconds = 0;        //!< of which: choosing and scoring the baselines
+  //! The schedules the finalists were scored under, in order (empty: the schedule was given, not searched).
+  std::vector<schedule_trial> schedules;
 
   friend bool operator==(const search_statistics&, const search_statistics&) = default;
 };
@@ -185,7 +195,15 @@ inline void print_comparison(std::ostream& out, const plan& result) {
 inline std::ostream& operator<<(std::ostream& out, const plan& result) {
   out << "model " << result.model << " on " << result.cluster.gpus << " x " << result.cluster.gpu.name << " ("
       << result.cluster.gpus_per_node << " per node), global batch " << result.global_batch << ", schedule "
-      << result.schedule << "\n";
+      << result.schedule;
+  if (!result.search.schedules.empty()) {
+    out << " (searched:";
+    for (const auto& trial : result.search.schedules)
+      out << " " << trial.schedule << " "
+          << (trial.seconds > 0 ? detail::format_fixed(trial.seconds, 3) + " s" : std::string("no plan"));
+    out << ")";
+  }
+  out << "\n";
   out << "encoder: " << result.chosen.encoder << "\n";
   out << "llm:     " << result.chosen.llm << "\n";
   out << "microbatches per replica: " << result.chosen.config.microbatches << "\n";

@@ -123,6 +123,12 @@ inline constexpr int plan_file_version = 1;
                    {"scoring_seconds", result.search.scoring_seconds},
                    {"finalist_seconds", result.search.finalist_seconds},
                    {"baseline_seconds", result.search.baseline_seconds}};
+  if (!result.search.schedules.empty()) {
+    auto schedules = nlohmann::ordered_json::array();
+    for (const auto& trial : result.search.schedules)
+      schedules.push_back({{"schedule", trial.schedule}, {"iteration_seconds", trial.seconds}});
+    out["search"]["schedules"] = schedules;
+  }
   return out;
 }
 

@@ -39,6 +39,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -70,6 +71,12 @@ public:
       throw input_error("planner_options::memory_headroom", 0, "must be in [0, 1)");
     for (int m : settings.microbatch_counts)
       if (m < 1) throw input_error("microbatch_counts", 0, "every microbatch count must be >= 1");
+    if constexpr (std::same_as<Schedule, named_schedule>) {
+      if (scorer_.schedule_policy().is_automatic()) {
+        searched_schedules_ = checked_schedule_candidates(settings.schedule_candidates);
+        scorer_.use_schedule(named_schedule(searched_schedules_.front()));  // the scan's; make_plan chooses
+      }
+    }
   }
 
   //! Plans for `workload` (at least one global batch of samples). Throws
@@ -82,6 +89,7 @@ public:
     const auto started = std::chrono::steady_clock::now();
     const planner_options& settings = scorer_.options();
     require_full_batch(workload, "");
+    if (!searched_schedules_.empty()) scorer_.use_schedule(named_schedule(searched_schedules_.front()));  // the scan's
     prepare(workload);
     std::vector<std::string> excluded;
     std::vector<sample> kept;  // the workload without what is excluded
@@ -119,28 +127,26 @@ public:
     result.global_batch = settings.global_batch;
     result.batches = settings.batches;
     result.seed = settings.seed;
-    result.schedule = std::string(scorer_.schedule_policy().name());
     result.ideal_seconds = scorer_.ideal_seconds();
     result.excluded_samples = std::move(excluded);
 
-    // The baselines' configurations join dflop's finalists: scored with dflop's
-    // layer split and per-batch policies they are candidates like any other.
-    std::vector<parallel_config> baseline_configs;
-    if (settings.baselines) {
-      for (const auto method : {plan_method::data_blind, plan_method::dflop_reference})
-        if (auto chosen = detail::choose_baseline(scorer_, candidates_.candidates, method))
-          result.baselines.push_back(std::move(*chosen));
-      for (const auto& baseline : result.baselines) baseline_configs.push_back(baseline.config);
-    }
+    result.baselines = choose_baselines();
     result.search.baseline_seconds = lap();
-    const auto best = search(result.search, baseline_configs);
+    const auto best = search(result.search, configs_of(result.baselines));
+    result.schedule = std::string(scorer_.schedule_policy().name());  // with "auto": the one chosen
+    if (best && !searched_schedules_.empty() && result.schedule != searched_schedules_.front() && settings.baselines) {
+      // Methods are compared on one schedule: the baselines again, under the one chosen.
+      result.search.scoring_seconds += lap();
+      result.baselines = choose_baselines();
+      result.search.baseline_seconds += lap();
+    }
     if (!best) throw infeasible_error(scorer_.checks().closest_miss_text());
     result.chosen = *best;
     result.memory = scorer_.checks().stage_memories(best->config, scorer_.partitioner(), tail_cache_);
     result.memory_cap = scorer_.scoring().estimate_cap(scorer_.layouts().layout_of(best->config, scorer_.partitioner()),
                                                        scorer_.pack_policy(), settings.batch, workload,
                                                        settings.cap_check_batches, settings.seed ^ cap_check_salt);
-    result.search.scoring_seconds = lap();
+    result.search.scoring_seconds += lap();
     result.search.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return result;
   }
@@ -244,6 +250,42 @@ private:
   }
 
   using scorer_type = detail::plan_scorer<Cost, Memory, Partitioner, Packer, Schedule>;
+
+  // The schedules "auto" searches: known one-chunk names, each once.
+  [[nodiscard]] static std::vector<std::string> checked_schedule_candidates(const std::vector<std::string>& names) {
+    const std::string field = "planner_options::schedule_candidates";
+    if (names.empty()) throw input_error(field, 0, "is empty: schedule 'auto' needs at least one schedule to choose from");
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const std::string& name = names[i];
+      const bool known = std::find(schedule_names.begin(), schedule_names.end(), name) != schedule_names.end();
+      if (!known || name == interleaved_1f1b::name())
+        throw input_error(field, 0, "entry " + std::to_string(i) + " '" + name +
+                                        "' is not a one-chunk schedule (gpipe, 1f1b, zb-h1)");
+      if (std::find(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(i), name) !=
+          names.begin() + static_cast<std::ptrdiff_t>(i))
+        throw input_error(field, 0, "lists '" + name + "' twice");
+    }
+    return names;
+  }
+
+  // The baselines chosen and scored under the current schedule (none unless planner_options::baselines).
+  [[nodiscard]] std::vector<method_result> choose_baselines() {
+    std::vector<method_result> baselines;
+    if (!scorer_.options().baselines) return baselines;
+    for (const auto method : {plan_method::data_blind, plan_method::dflop_reference})
+      if (auto chosen = detail::choose_baseline(scorer_, candidates_.candidates, method))
+        baselines.push_back(std::move(*chosen));
+    return baselines;
+  }
+
+  // The baselines' configurations join dflop's finalists: scored with dflop's
+  // layer split and per-batch policies they are candidates like any other.
+  [[nodiscard]] static std::vector<parallel_config> configs_of(const std::vector<method_result>& baselines) {
+    std::vector<parallel_config> configs;
+    configs.reserve(baselines.size());
+    for (const auto& baseline : baselines) configs.push_back(baseline.config);
+    return configs;
+  }
 
   // Mixed into the seed of the fresh batches `plan::memory_cap` is estimated
   // on, so they are not the batches the plan was scored on.
@@ -391,23 +433,38 @@ private:
         finalists.push_back({0.0, config, 0.0, true});
     best.reset();
     const auto finals_started = std::chrono::steady_clock::now();
-    for (const scanned& finalist : finalists) {
-      const plan_layout layout = scorer_.layouts().layout_of(finalist.config, scorer_.partitioner());
-      detail::tail_samples tails;
-      double seconds = 0;
-      try {
-        seconds = scorer_.scoring().simulate_all(layout, scorer_.pack_policy(), settings.batch, &tails,
-                                       detail::tail_rule::heaviest);
-      } catch (const memory_cap_error&) {  // packed in another order, a batch no longer fits
-        continue;
+    // Schedule "auto": every candidate schedule scores the finalists (its own
+    // memory peaks checked); the best (configuration, schedule) wins.
+    const std::size_t schedules = std::max<std::size_t>(1, searched_schedules_.size());
+    std::size_t chosen_schedule = 0;
+    for (std::size_t s = 0; s < schedules; ++s) {
+      if (!searched_schedules_.empty()) scorer_.use_schedule(named_schedule(searched_schedules_[s]));
+      double schedule_best = 0;
+      for (const scanned& finalist : finalists) {
+        // The scan checked the tails under the first schedule; others hold other peaks.
+        if (s > 0 && !tail_batches_fit(finalist.config)) continue;
+        const plan_layout layout = scorer_.layouts().layout_of(finalist.config, scorer_.partitioner());
+        detail::tail_samples tails;
+        double seconds = 0;
+        try {
+          seconds = scorer_.scoring().simulate_all(layout, scorer_.pack_policy(), settings.batch, &tails,
+                                         detail::tail_rule::heaviest);
+        } catch (const memory_cap_error&) {  // packed in another order, a batch no longer fits
+          continue;
+        }
+        if (scorer_.checks().memory_shortfall(finalist.config, scorer_.partitioner(), tails) > 0) continue;  // another slot order, another tail: still must fit
+        if (schedule_best == 0 || seconds < schedule_best) schedule_best = seconds;
+        if (!best || seconds < best->iteration_seconds) {
+          best = method_result{plan_method::dflop, finalist.config, layout.encoder, layout.llm, finalist.estimate, seconds, true, 0, 0};
+          best->peak_memory_gib = detail::peak_gib(scorer_.checks().stage_memories(finalist.config, scorer_.partitioner(), tails));
+          tail_cache_ = std::move(tails);
+          chosen_schedule = s;
+        }
       }
-      if (scorer_.checks().memory_shortfall(finalist.config, scorer_.partitioner(), tails) > 0) continue;  // another slot order, another tail: still must fit
-      if (!best || seconds < best->iteration_seconds) {
-        best = method_result{plan_method::dflop, finalist.config, layout.encoder, layout.llm, finalist.estimate, seconds, true, 0, 0};
-        best->peak_memory_gib = detail::peak_gib(scorer_.checks().stage_memories(finalist.config, scorer_.partitioner(), tails));
-        tail_cache_ = std::move(tails);
-      }
+      if (!searched_schedules_.empty()) statistics.schedules.push_back({searched_schedules_[s], schedule_best});
     }
+    // schedule_batch, the plan's figures and its schedule follow the one chosen.
+    if (schedules > 1) scorer_.use_schedule(named_schedule(searched_schedules_[chosen_schedule]));
     statistics.finalist_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - finals_started).count();
     return best;
   }
@@ -415,6 +472,7 @@ private:
   scorer_type scorer_;
   detail::candidate_list candidates_;
   detail::tail_samples tail_cache_;  // the chosen plan's tail microbatches, for its stage memories
+  std::vector<std::string> searched_schedules_;  // schedule "auto": the names make_plan chooses among (else empty)
 };
 
 }  // namespace dflop

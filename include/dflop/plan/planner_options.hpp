@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! \file
 //! The settings of a plan search: batch size and sampling, memory headroom,
-//! microbatch counts, the simulation budget, baselines and threads.
+//! microbatch counts, the simulation budget, the schedules searched, baselines
+//! and threads.
 #pragma once
 
 #include <dflop/cost/throughput_curve.hpp>
@@ -10,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <string>
 #include <vector>
 
 namespace dflop {
@@ -31,6 +33,14 @@ struct planner_options {
   //! always among the scan's best 4 (same plan with 8), at half the final cost.
   std::size_t finalists = 4;
   bool prune_by_bound = true;            //!< skip candidates whose lower bound cannot win
+  //! The one-chunk schedules a planner with `named_schedule("auto")` chooses
+  //! among. The scan ranks configurations under the first; the final scoring
+  //! scores its finalists under each (each with its own in-flight memory
+  //! peaks) and keeps the fastest (configuration, schedule); ties go to the
+  //! earlier schedule. ZB-H1 first: it holds 1F1B's peaks with fewer bubbles,
+  //! so it ranks best; it assumes stages with a separate weight-gradient pass
+  //! (`weight(ctx)`): without one, force "1f1b".
+  std::vector<std::string> schedule_candidates{"zb-h1", "1f1b"};
   //! Plan without the samples no configuration can hold even alone (their ids
   //! land in `plan::excluded_samples`); false: `make_plan` throws
   //! `unfittable_samples_error` naming them. Nothing is dropped unless asked.

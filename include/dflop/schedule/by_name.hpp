@@ -42,22 +42,46 @@ inline constexpr std::array<std::string_view, 4> schedule_names{gpipe::name(), o
 }
 
 //! A schedule chosen at run time by name (a command-line flag): models the
-//! `schedule` concept by forwarding to `make_schedule`.
+//! `schedule` concept by forwarding to `make_schedule`. The name `automatic`
+//! ("auto") asks the planner to choose: `make_plan` plans under each of
+//! `planner_options::schedule_candidates` and records the fastest in
+//! `plan::schedule`; it builds no op lists itself.
 class named_schedule {
 public:
+  //! The name that leaves the choice to the planner.
+  static constexpr std::string_view automatic = "auto";
+
   //! \param name one of `schedule_names`  \param chunks model chunks per rank ("interleaved" only)
   named_schedule() = default;
   explicit named_schedule(std::string name, std::uint32_t chunks = 1) : name_(std::move(name)), chunks_(chunks) {}
 
   //! The schedule's name.
   [[nodiscard]] std::string_view name() const noexcept { return name_; }
-  //! Builds the op lists (throws `schedule_error` for an unknown name or unsupported shape).
-  [[nodiscard]] pipeline_schedule make(const schedule_shape& shape) const { return make_schedule(name_, shape, chunks_); }
+  //! Whether the planner chooses the schedule (the name is `automatic`).
+  [[nodiscard]] bool is_automatic() const noexcept { return name_ == automatic; }
+  //! Builds the op lists (throws `schedule_error` for an unknown name or unsupported
+  //! shape, and for "auto", which only the planner resolves).
+  [[nodiscard]] pipeline_schedule make(const schedule_shape& shape) const {
+    if (is_automatic())
+      throw schedule_error("schedule 'auto' is chosen by the planner (make_plan); schedule batches with the "
+                           "plan's schedule (plan::schedule)");
+    return make_schedule(name_, shape, chunks_);
+  }
 
 private:
   std::string name_{one_f_one_b::name()};
   std::uint32_t chunks_ = 1;
 };
 static_assert(schedule<named_schedule>);
+
+//! The schedule a multimodal plan can use, by name: "auto" (the planner
+//! chooses) or a one-chunk schedule ("gpipe", "1f1b", "zb-h1"); anything else
+//! throws `input_error` naming `parameter` (a flag or argument name).
+[[nodiscard]] inline named_schedule plannable_schedule(const std::string& name, const std::string& parameter) {
+  if (name == named_schedule::automatic) return named_schedule(name);
+  for (auto known : schedule_names)
+    if (known == name && known != interleaved_1f1b::name()) return named_schedule(name);
+  throw input_error(parameter, 0, "'" + name + "' is neither 'auto' nor a one-chunk schedule (gpipe, 1f1b, zb-h1)");
+}
 
 }  // namespace dflop

@@ -49,6 +49,10 @@ public:
     schedules_.clear();
   }
 
+  //! Forgets the op lists and in-flight peaks only (the schedule policy changed;
+  //! prices and layer splits do not depend on it).
+  void forget_schedules() { schedules_.clear(); }
+
   //! Layers of `kind`.
   [[nodiscard]] std::int64_t layers_of(module_kind kind) const noexcept {
     return kind == module_kind::encoder ? model_->encoder.layers : model_->llm.layers;

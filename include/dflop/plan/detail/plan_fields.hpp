@@ -282,13 +282,23 @@ struct plan_config {
 [[nodiscard]] inline search_statistics plan_search_from_json(const json_fields& parent) {
   const json_fields fields(parent.at("search"), parent.source(), parent.path("search"));
   fields.only({"candidates", "memory_rejected", "bound_pruned", "over_budget", "simulated", "seconds",
-               "enumeration_seconds", "scoring_seconds", "finalist_seconds", "baseline_seconds"});
+               "enumeration_seconds", "scoring_seconds", "finalist_seconds", "baseline_seconds", "schedules"});
   const auto count = [&](std::string_view key) { return static_cast<std::size_t>(fields.integer_in(key, 0)); };
   const auto seconds = [&](std::string_view key) { return fields.number_at_least(key, 0); };
-  return {count("candidates"),         count("memory_rejected"),     count("bound_pruned"),
-          count("over_budget"),        count("simulated"),           seconds("seconds"),
-          seconds("enumeration_seconds"), seconds("scoring_seconds"), seconds("finalist_seconds"),
-          seconds("baseline_seconds")};
+  search_statistics statistics{count("candidates"),         count("memory_rejected"),     count("bound_pruned"),
+                               count("over_budget"),        count("simulated"),           seconds("seconds"),
+                               seconds("enumeration_seconds"), seconds("scoring_seconds"), seconds("finalist_seconds"),
+                               seconds("baseline_seconds"), {}};
+  if (fields.has("schedules")) {
+    const nlohmann::json& trials = fields.array("schedules");
+    for (std::size_t i = 0; i < trials.size(); ++i) {
+      const std::string at = "schedules[" + std::to_string(i) + "]";
+      const json_fields trial(trials[i], parent.source(), fields.path(at));
+      trial.only({"schedule", "iteration_seconds"});
+      statistics.schedules.push_back({trial.text("schedule"), trial.number_at_least("iteration_seconds", 0)});
+    }
+  }
+  return statistics;
 }
 
 //! `memory_cap`: how often the memory budget acted on fresh batches (the

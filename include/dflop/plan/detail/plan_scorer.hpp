@@ -79,6 +79,13 @@ public:
   [[nodiscard]] const Packer& pack_policy() const noexcept { return packer_; }             //!< the search's packer
   [[nodiscard]] const Schedule& schedule_policy() const noexcept { return schedule_; }     //!< orders each rank's ops
 
+  //! Orders ops with `schedule_policy` from now on (the planner's schedule
+  //! search); op lists and in-flight peaks made with the old one are forgotten.
+  void use_schedule(Schedule schedule_policy) {
+    schedule_ = std::move(schedule_policy);
+    layouts_.forget_schedules();
+  }
+
   [[nodiscard]] layouts_type& layouts() noexcept { return layouts_; }  //!< prices, splits and schedules per shape
   [[nodiscard]] checks_type& checks() noexcept { return checks_; }     //!< memory checks and savers
   [[nodiscard]] const checks_type& checks() const noexcept { return checks_; }  //!< memory checks and savers
