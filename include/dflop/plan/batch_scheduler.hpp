@@ -461,6 +461,14 @@ private:
     return true;
   }
 
+  // Whether `part` with sample `i` added fits the encoder's cap.
+  bool part_fits_with(std::span<const sample> batch, std::vector<std::uint32_t>& part, std::uint32_t i) {
+    part.push_back(i);
+    const bool fits = cap_->excess(module_kind::encoder, gather(batch, part)).fits();
+    part.pop_back();
+    return fits;
+  }
+
   // Slot k's samples (in `slot_samples_`, heaviest first) again, each to the
   // least-loaded replica where its part still fits; records the failure in
   // `slot_failure_` when one fits nowhere.
@@ -469,6 +477,16 @@ private:
     for (std::size_t e = 0; e < replicas; ++e) out.encoder_parts[e * m + k].clear();
     std::fill(encoder_load_.begin(), encoder_load_.end(), 0.0);
     for (std::uint32_t i : slot_samples_) {
+      // The least-loaded replica (lowest index among equals) usually holds the
+      // sample: then it is the answer of the full scan below, found with one
+      // memory estimate instead of one per replica (trades call this often).
+      const auto lightest = static_cast<std::size_t>(
+          std::min_element(encoder_load_.begin(), encoder_load_.end()) - encoder_load_.begin());
+      if (part_fits_with(batch, out.encoder_parts[lightest * m + k], i)) {
+        encoder_load_[lightest] += encoder_cost_[i];
+        out.encoder_parts[lightest * m + k].push_back(i);
+        continue;
+      }
       std::size_t best = replicas;
       memory_excess closest;
       for (std::size_t e = 0; e < replicas; ++e) {

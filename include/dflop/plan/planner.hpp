@@ -74,7 +74,7 @@ public:
     if constexpr (std::same_as<Schedule, named_schedule>) {
       if (scorer_.schedule_policy().is_automatic()) {
         searched_schedules_ = checked_schedule_candidates(settings.schedule_candidates);
-        scorer_.use_schedule(named_schedule(searched_schedules_.front()));  // the scan's; make_plan chooses
+        use_candidate_schedule(0);  // the scan's; make_plan chooses
       }
     }
   }
@@ -89,7 +89,7 @@ public:
     const auto started = std::chrono::steady_clock::now();
     const planner_options& settings = scorer_.options();
     require_full_batch(workload, "");
-    if (!searched_schedules_.empty()) scorer_.use_schedule(named_schedule(searched_schedules_.front()));  // the scan's
+    if (!searched_schedules_.empty()) use_candidate_schedule(0);  // the scan's
     prepare(workload);
     std::vector<std::string> excluded;
     std::vector<sample> kept;  // the workload without what is excluded
@@ -250,6 +250,12 @@ private:
   }
 
   using scorer_type = detail::plan_scorer<Cost, Memory, Partitioner, Packer, Schedule>;
+
+  // Schedule "auto": orders ops with candidate `index` from now on (only a
+  // `named_schedule` planner has candidates).
+  void use_candidate_schedule(std::size_t index) {
+    if constexpr (std::same_as<Schedule, named_schedule>) scorer_.use_schedule(named_schedule(searched_schedules_[index]));
+  }
 
   // The schedules "auto" searches: known one-chunk names, each once.
   [[nodiscard]] static std::vector<std::string> checked_schedule_candidates(const std::vector<std::string>& names) {
@@ -438,7 +444,7 @@ private:
     const std::size_t schedules = std::max<std::size_t>(1, searched_schedules_.size());
     std::size_t chosen_schedule = 0;
     for (std::size_t s = 0; s < schedules; ++s) {
-      if (!searched_schedules_.empty()) scorer_.use_schedule(named_schedule(searched_schedules_[s]));
+      if (!searched_schedules_.empty()) use_candidate_schedule(s);
       double schedule_best = 0;
       for (const scanned& finalist : finalists) {
         // The scan checked the tails under the first schedule; others hold other peaks.
@@ -464,7 +470,7 @@ private:
       if (!searched_schedules_.empty()) statistics.schedules.push_back({searched_schedules_[s], schedule_best});
     }
     // schedule_batch, the plan's figures and its schedule follow the one chosen.
-    if (schedules > 1) scorer_.use_schedule(named_schedule(searched_schedules_[chosen_schedule]));
+    if (schedules > 1) use_candidate_schedule(chosen_schedule);
     statistics.finalist_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - finals_started).count();
     return best;
   }
