@@ -188,6 +188,7 @@ public:
       return graph_.rank_begin[rank_of(op.stage, replica)] + index_in_rank_[detail::op_slot(schedule, op)];
     };
 
+    index_handoffs(costs);
     std::uint32_t id = 0;
     for (std::uint32_t rank = 0; rank < ranks; ++rank) {
       const std::uint32_t p = costs.position_of(rank), q = costs.replica_of(rank);
@@ -214,13 +215,15 @@ public:
               delay = module.transfer[module.at(q, k, std::min(need.stage, op.stage) - (in_encoder ? 0 : encoder_stages), m)];
             graph_.add_predecessor(node_of(need, q), delay);
           } else if (!in_encoder) {  // LLM first stage waits for the encoder replicas holding its samples
-            for (std::uint32_t e = 0; e < costs.encoder.replicas; ++e)
-              if (const auto& link = costs.handoffs[costs.handoff_at(e, k, q)]; link.feeds)
-                graph_.add_predecessor(node_of(need, e), link.seconds);
+            const std::size_t key = static_cast<std::size_t>(k) * costs.llm.replicas + q;
+            for (std::uint32_t j = fed_by_begin_[key]; j < fed_by_begin_[key + 1]; ++j) {
+              const feeding& link = links_[fed_by_[j]];
+              graph_.add_predecessor(node_of(need, link.encoder_replica), link.seconds);
+            }
           } else {  // encoder last stage's backward waits for every LLM replica it fed
-            for (std::uint32_t r = 0; r < costs.llm.replicas; ++r)
-              if (const auto& link = costs.handoffs[costs.handoff_at(q, k, r)]; link.feeds)
-                graph_.add_predecessor(node_of(need, r), link.seconds);
+            const std::size_t key = static_cast<std::size_t>(q) * m + k;
+            for (std::uint32_t j = feeds_begin_[key]; j < feeds_begin_[key + 1]; ++j)
+              graph_.add_predecessor(node_of(need, links_[j].llm_replica), links_[j].seconds);
           }
         }
         graph_.finish_op();
@@ -295,7 +298,49 @@ private:
       if (j >= costs.microbatches) throw error("simulate: slot order entry out of range");
   }
 
+  // One hand-off that carries data: encoder replica e feeds LLM replica r in a slot.
+  struct feeding {
+    std::uint32_t encoder_replica = 0;
+    std::uint32_t llm_replica = 0;
+    double seconds = 0;
+  };
+
+  // The hand-offs that carry data, as lists: `links_` in (encoder replica, slot,
+  // LLM replica) order with `feeds_begin_[e * m + k]` where (e, k)'s start, and
+  // `fed_by_` (indices into `links_`, encoder replicas ascending) with
+  // `fed_by_begin_[k * llm replicas + r]`. The table is dense but an LLM
+  // microbatch holds samples of few encoder replicas: one pass over it replaces a
+  // scan of every replica per op. Predecessors are added in the scan's order.
+  void index_handoffs(const multimodal_costs& costs) {
+    const std::uint32_t m = costs.microbatches;
+    const std::size_t encoder_keys = static_cast<std::size_t>(costs.encoder.stages > 0 ? costs.encoder.replicas : 0) * m;
+    const std::size_t llm_keys = static_cast<std::size_t>(m) * costs.llm.replicas;
+    links_.clear();
+    feeds_begin_.assign(encoder_keys + 1, 0);
+    fed_by_begin_.assign(llm_keys + 1, 0);
+    if (encoder_keys == 0) return;
+    for (std::uint32_t e = 0; e < costs.encoder.replicas; ++e)
+      for (std::uint32_t k = 0; k < m; ++k) {
+        feeds_begin_[static_cast<std::size_t>(e) * m + k] = static_cast<std::uint32_t>(links_.size());
+        for (std::uint32_t r = 0; r < costs.llm.replicas; ++r)
+          if (const handoff& link = costs.handoffs[costs.handoff_at(e, k, r)]; link.feeds) {
+            links_.push_back({e, r, link.seconds});
+            ++fed_by_begin_[static_cast<std::size_t>(k) * costs.llm.replicas + r + 1];
+          }
+      }
+    feeds_begin_[encoder_keys] = static_cast<std::uint32_t>(links_.size());
+    for (std::size_t key = 0; key < llm_keys; ++key) fed_by_begin_[key + 1] += fed_by_begin_[key];
+    fed_by_.resize(links_.size());
+    fill_at_.assign(fed_by_begin_.begin(), fed_by_begin_.end() - 1);
+    for (std::uint32_t e = 0, j = 0; e < costs.encoder.replicas; ++e)
+      for (std::uint32_t k = 0; k < m; ++k)
+        for (const std::uint32_t end = feeds_begin_[static_cast<std::size_t>(e) * m + k + 1]; j < end; ++j)
+          fed_by_[fill_at_[static_cast<std::size_t>(k) * costs.llm.replicas + links_[j].llm_replica]++] = j;
+  }
+
   detail::op_graph graph_;
+  std::vector<feeding> links_;
+  std::vector<std::uint32_t> feeds_begin_, fed_by_begin_, fed_by_, fill_at_;
   std::vector<std::size_t> sizes_;
   std::vector<std::uint32_t> index_in_rank_;
   std::vector<std::uint32_t> position_peaks_;
