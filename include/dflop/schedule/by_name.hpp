@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 //! \file
-//! The shipped schedule policies by their names, for command lines and configs.
+//! The shipped schedule policies by their names, for command lines and configs,
+//! and "auto", which leaves the choice to the planner.
 #pragma once
 
+#include <dflop/error.hpp>
 #include <dflop/schedule/gpipe.hpp>
 #include <dflop/schedule/interleaved_1f1b.hpp>
 #include <dflop/schedule/one_f_one_b.hpp>
