@@ -26,10 +26,11 @@ def sizes():
 
 @pytest.fixture(scope="module")
 def plan(sizes):
-    """A real plan with 4 LLM replicas (the first cluster size, from a few, that the planner splits so)."""
+    """A real plan with 4 LLM replicas (the first cluster size, from a few, that the planner splits so).
+    1F1B: the schedule search ("auto") prefers deeper pipelines, hence fewer replicas, on these sizes."""
     for gpus in (10, 6, 12, 8, 14):
         candidate = dflop.plan(sizes, "siglip-400m+qwen2.5-7b", dflop.Cluster(gpus, gpus), global_batch=32,
-                               batches=2)
+                               batches=2, schedule="1f1b")
         if candidate.llm_replicas == RANKS:
             return candidate
     pytest.fail("no cluster size gave a plan with 4 LLM replicas; pick others for this test")
