@@ -263,8 +263,7 @@ private:
     if (names.empty()) throw input_error(field, 0, "is empty: schedule 'auto' needs at least one schedule to choose from");
     for (std::size_t i = 0; i < names.size(); ++i) {
       const std::string& name = names[i];
-      const bool known = std::find(schedule_names.begin(), schedule_names.end(), name) != schedule_names.end();
-      if (!known || name == interleaved_1f1b::name())
+      if (!is_one_chunk_schedule(name))
         throw input_error(field, 0, "entry " + std::to_string(i) + " '" + name +
                                         "' is not a one-chunk schedule (gpipe, 1f1b, zb-h1)");
       if (std::find(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(i), name) !=

@@ -11,6 +11,7 @@
 #include <dflop/schedule/op.hpp>
 #include <dflop/schedule/zero_bubble_h1.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -76,13 +77,18 @@ private:
 };
 static_assert(schedule<named_schedule>);
 
+//! Whether `name` is a shipped schedule with one model chunk per rank ("gpipe",
+//! "1f1b", "zb-h1"): the schedules a multimodal plan runs.
+[[nodiscard]] inline bool is_one_chunk_schedule(std::string_view name) noexcept {
+  return name != interleaved_1f1b::name() &&
+         std::find(schedule_names.begin(), schedule_names.end(), name) != schedule_names.end();
+}
+
 //! The schedule a multimodal plan can use, by name: "auto" (the planner
 //! chooses) or a one-chunk schedule ("gpipe", "1f1b", "zb-h1"); anything else
 //! throws `input_error` naming `parameter` (a flag or argument name).
 [[nodiscard]] inline named_schedule plannable_schedule(const std::string& name, const std::string& parameter) {
-  if (name == named_schedule::automatic) return named_schedule(name);
-  for (auto known : schedule_names)
-    if (known == name && known != interleaved_1f1b::name()) return named_schedule(name);
+  if (name == named_schedule::automatic || is_one_chunk_schedule(name)) return named_schedule(name);
   throw input_error(parameter, 0, "'" + name + "' is neither 'auto' nor a one-chunk schedule (gpipe, 1f1b, zb-h1)");
 }
 

@@ -40,13 +40,6 @@ inline constexpr std::int64_t plan_int_limit = std::numeric_limits<int>::max();
   return static_cast<int>(fields.integer_in(key, minimum, plan_int_limit));
 }
 
-//! True for the schedules a multimodal plan can run (one model chunk per rank).
-[[nodiscard]] inline bool is_one_chunk_schedule(std::string_view name) noexcept {
-  for (auto known : schedule_names)
-    if (known == name && known != interleaved_1f1b::name()) return true;
-  return false;
-}
-
 //! Reads an embedded spec with `read`, reporting its errors under `key`:
 //! "field 'model_spec.llm.hidden': ...".
 template <class Read>
