@@ -161,6 +161,39 @@ public:
   //! `schedule_error` (bad or deadlocking schedule) or `dflop::error` (bad costs).
   void simulate(const pipeline_schedule& schedule, const multimodal_costs& costs, simulation_result& result,
                 std::span<const std::uint32_t> order = {}) {
+    build(schedule, costs, order);
+    run(schedule, costs, std::numeric_limits<double>::infinity());
+    finish(schedule, costs, result);
+  }
+
+  //! The makespan `simulate(schedule, costs, order)` would give, or +infinity as
+  //! soon as the simulation proves it is at least `cutoff` (the rest is then not
+  //! simulated). For order searches, which only keep an order shorter than their
+  //! best so far: most candidates are not, and many show it early.
+  [[nodiscard]] double makespan_below(const pipeline_schedule& schedule, const multimodal_costs& costs,
+                                      std::span<const std::uint32_t> order, double cutoff) {
+    build(schedule, costs, order);
+    if (!run(schedule, costs, cutoff)) return std::numeric_limits<double>::infinity();
+    finish(schedule, costs, scratch_);
+    return scratch_.makespan;
+  }
+
+  //! Convenience: simulates into a fresh result.
+  [[nodiscard]] simulation_result simulate(const pipeline_schedule& schedule, const multimodal_costs& costs,
+                                           std::span<const std::uint32_t> order = {}) {
+    simulation_result result;
+    simulate(schedule, costs, result, order);
+    return result;
+  }
+
+  //! The pipeline position (schedule rank) that result rank `rank` runs.
+  [[nodiscard]] static std::uint32_t position_of(const multimodal_costs& costs, std::uint32_t rank) noexcept {
+    return costs.position_of(rank);
+  }
+
+private:
+  // The op graph of one iteration: nodes, durations and dependency edges.
+  void build(const pipeline_schedule& schedule, const multimodal_costs& costs, std::span<const std::uint32_t> order) {
     check_shapes(schedule, costs, order);
     const std::uint32_t m = costs.microbatches;
     const std::uint32_t positions = costs.positions();
@@ -180,12 +213,8 @@ public:
     for (std::uint32_t r = 0; r < ranks; ++r) sizes_.push_back(schedule.rank_ops[costs.position_of(r)].size());
     graph_.reset(sizes_);
 
-    const auto rank_of = [&](std::uint32_t position, std::uint32_t replica) {
-      return position < encoder_stages ? costs.encoder_rank(position, replica)
-                                       : costs.llm_rank(position - encoder_stages, replica);
-    };
     const auto node_of = [&](const pipeline_op& op, std::uint32_t replica) {
-      return graph_.rank_begin[rank_of(op.stage, replica)] + index_in_rank_[detail::op_slot(schedule, op)];
+      return graph_.rank_begin[rank_of(costs, op.stage, replica)] + index_in_rank_[detail::op_slot(schedule, op)];
     };
 
     index_handoffs(costs);
@@ -230,52 +259,62 @@ public:
         ++id;
       }
     }
+  }
 
-    if (graph_.run() != graph_.ops()) {
+  // Each position's gradient all-reduce, as every rank's tail; then the graph's
+  // times. False when the run stopped at `cutoff`; throws on a deadlock.
+  bool run(const pipeline_schedule& schedule, const multimodal_costs& costs, double cutoff) {
+    const std::uint32_t positions = costs.positions();
+    position_sync_.resize(positions);
+    for (std::uint32_t p = 0; p < positions; ++p) {
+      const bool in_encoder = p < costs.encoder.stages;
+      const module_costs& module = in_encoder ? costs.encoder : costs.llm;
+      const std::uint32_t local = in_encoder ? p : p - costs.encoder.stages;
+      const double bytes = module.gradient_bytes.empty() ? 0.0 : module.gradient_bytes[local];
+      position_sync_[p] = bytes > 0 ? ring_allreduce_seconds(bytes, module.replicas, module.gradient_link) : 0.0;
+    }
+    rank_sync_.resize(costs.ranks());
+    for (std::uint32_t r = 0; r < costs.ranks(); ++r) rank_sync_[r] = position_sync_[costs.position_of(r)];
+    const std::size_t ran = graph_.run(cutoff, rank_sync_);
+    if (graph_.reached_cutoff) return false;
+    if (ran != graph_.ops()) {
       detail::throw_deadlock(graph_, "multimodal schedule '" + schedule.name + "'", [&](std::size_t r, std::size_t i) {
         const auto& op = schedule.rank_ops[costs.position_of(static_cast<std::uint32_t>(r))][i];
         return costs.rank_name(static_cast<std::uint32_t>(r)) + " " + to_string(op);
       });
     }
-    detail::summarize(graph_, result);
+    return true;
+  }
 
-    // Per-position peaks, copied to each replica's rank.
+  // The result of a finished run: op times, per-rank peaks, and each position's
+  // all-reduce, which starts when every replica of the position is done.
+  void finish(const pipeline_schedule& schedule, const multimodal_costs& costs, simulation_result& result) {
+    detail::summarize(graph_, result);
     peak_activations(schedule, position_peaks_);
     result.peak_activations.resize(result.ranks());
     result.gradient_sync.resize(result.ranks());
-    for (std::uint32_t p = 0; p < positions; ++p) {
-      const bool in_encoder = p < encoder_stages;
-      const module_costs& module = in_encoder ? costs.encoder : costs.llm;
-      const std::uint32_t local = in_encoder ? p : p - encoder_stages;
+    for (std::uint32_t p = 0; p < costs.positions(); ++p) {
+      const std::uint32_t replicas = p < costs.encoder.stages ? costs.encoder.replicas : costs.llm.replicas;
       double ready = 0;
-      for (std::uint32_t q = 0; q < module.replicas; ++q) {
-        const std::uint32_t rank = rank_of(p, q);
+      for (std::uint32_t q = 0; q < replicas; ++q) {
+        const std::uint32_t rank = rank_of(costs, p, q);
         result.peak_activations[rank] = position_peaks_[p];
         for (std::uint32_t i = graph_.rank_begin[rank]; i < graph_.rank_begin[rank + 1]; ++i)
           ready = std::max(ready, graph_.end[i]);
       }
-      const double bytes = module.gradient_bytes.empty() ? 0.0 : module.gradient_bytes[local];
-      const double sync = bytes > 0 ? ring_allreduce_seconds(bytes, module.replicas, module.gradient_link) : 0.0;
-      for (std::uint32_t q = 0; q < module.replicas; ++q) result.gradient_sync[rank_of(p, q)] = {ready, ready + sync};
+      const double sync = position_sync_[p];
+      for (std::uint32_t q = 0; q < replicas; ++q) result.gradient_sync[rank_of(costs, p, q)] = {ready, ready + sync};
       result.makespan = std::max(result.makespan, ready + sync);
     }
     detail::finish_bubble(result);
   }
 
-  //! Convenience: simulates into a fresh result.
-  [[nodiscard]] simulation_result simulate(const pipeline_schedule& schedule, const multimodal_costs& costs,
-                                           std::span<const std::uint32_t> order = {}) {
-    simulation_result result;
-    simulate(schedule, costs, result, order);
-    return result;
+  // Result rank of pipeline position `position`, replica `replica`.
+  static std::uint32_t rank_of(const multimodal_costs& costs, std::uint32_t position, std::uint32_t replica) noexcept {
+    return position < costs.encoder.stages ? costs.encoder_rank(position, replica)
+                                           : costs.llm_rank(position - costs.encoder.stages, replica);
   }
 
-  //! The pipeline position (schedule rank) that result rank `rank` runs.
-  [[nodiscard]] static std::uint32_t position_of(const multimodal_costs& costs, std::uint32_t rank) noexcept {
-    return costs.position_of(rank);
-  }
-
-private:
   static void check_shapes(const pipeline_schedule& schedule, const multimodal_costs& costs,
                            std::span<const std::uint32_t> order) {
     costs.check();
@@ -344,6 +383,8 @@ private:
   std::vector<std::size_t> sizes_;
   std::vector<std::uint32_t> index_in_rank_;
   std::vector<std::uint32_t> position_peaks_;
+  std::vector<double> position_sync_, rank_sync_;
+  simulation_result scratch_;
 };
 
 //! Simulates one multimodal iteration (see `multimodal_simulator::simulate`).

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -75,11 +76,14 @@ struct order_search_result {
 //! NEH-style insertion improvement: repeatedly takes one microbatch (heaviest
 //! first, by `weight`), tries it at every other position and keeps the best
 //! strictly shorter order, until a full pass improves nothing or `budget`
-//! evaluations are spent. `makespan_of(order)` simulates one candidate.
+//! evaluations are spent. `makespan_of(order, cutoff)` simulates one candidate;
+//! it may stop early and return any value >= `cutoff` once it knows the makespan
+//! is at least `cutoff` (a candidate is kept only when shorter than the best).
 template <class Makespan>
 [[nodiscard]] order_search_result improve_order(std::vector<std::uint32_t> order, std::span<const double> weight,
                                                 Makespan&& makespan_of, std::size_t budget) {
-  order_search_result best{order, makespan_of(std::as_const(order)), 1};
+  constexpr double unbounded = std::numeric_limits<double>::infinity();
+  order_search_result best{order, makespan_of(std::as_const(order), unbounded), 1};
   const std::size_t m = order.size();
   if (m < 2) return best;
   std::vector<std::uint32_t> jobs = identity_order(static_cast<std::uint32_t>(m));
@@ -100,7 +104,7 @@ template <class Makespan>
         if (position == at) continue;
         candidate = without;
         candidate.insert(candidate.begin() + static_cast<std::ptrdiff_t>(position), job);
-        const double makespan = makespan_of(std::as_const(candidate));
+        const double makespan = makespan_of(std::as_const(candidate), best_makespan);
         ++best.evaluations;
         if (makespan < best_makespan * (1 - 1e-12)) {
           best_makespan = makespan;
@@ -159,14 +163,14 @@ order_search_result order_with(order_policy policy, const std::vector<double>& f
   const auto m = static_cast<std::uint32_t>(first.size());
   if (policy == order_policy::identity) {
     auto order = identity_order(m);
-    const double makespan = makespan_of(std::as_const(order));
+    const double makespan = makespan_of(std::as_const(order), std::numeric_limits<double>::infinity());
     return {std::move(order), makespan, 1};
   }
   auto johnson = johnson_order(first, second);
-  const double johnson_makespan = makespan_of(std::as_const(johnson));
+  const double johnson_makespan = makespan_of(std::as_const(johnson), std::numeric_limits<double>::infinity());
   if (policy == order_policy::johnson) return {std::move(johnson), johnson_makespan, 1};
   auto identity = identity_order(m);
-  const double identity_makespan = makespan_of(std::as_const(identity));
+  const double identity_makespan = makespan_of(std::as_const(identity), std::numeric_limits<double>::infinity());
   std::vector<double> weight(m);
   for (std::uint32_t j = 0; j < m; ++j) weight[j] = first[j] + second[j];
   auto start = johnson_makespan <= identity_makespan ? std::move(johnson) : std::move(identity);
@@ -188,7 +192,7 @@ order_search_result order_with(order_policy policy, const std::vector<double>& f
   simulation_result scratch;
   return detail::order_with(
       policy, first, second,
-      [&](const std::vector<std::uint32_t>& order) {
+      [&](const std::vector<std::uint32_t>& order, double /*cutoff: simulated whole*/) {
         simulator.simulate(schedule, costs, scratch, order);
         return scratch.makespan;
       },
@@ -202,12 +206,10 @@ order_search_result order_with(order_policy policy, const std::vector<double>& f
   std::vector<double> encoder;
   std::vector<double> llm;
   group_times(costs, encoder, llm);
-  simulation_result scratch;
   return detail::order_with(
       policy, encoder, llm,
-      [&](const std::vector<std::uint32_t>& order) {
-        simulator.simulate(schedule, costs, scratch, order);
-        return scratch.makespan;
+      [&](const std::vector<std::uint32_t>& order, double cutoff) {
+        return simulator.makespan_below(schedule, costs, order, cutoff);
       },
       budget);
 }

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,8 @@ struct op_graph {
   std::vector<std::uint8_t> rank_first;   //!< 1 for the first op of each rank
   std::vector<double> start;              //!< per op, after run()
   std::vector<double> end;                //!< per op, after run()
+  std::vector<double> still_to_come;      //!< per op: its rank's later ops and tail (bounded runs only)
+  bool reached_cutoff = false;            //!< the last run stopped at its cutoff
 
   //! Starts a graph with the given op counts per rank (keeps capacity).
   template <class Counts>
@@ -64,7 +68,16 @@ struct op_graph {
 
   //! Computes start and end of every op. Returns the number of ops that could run:
   //! fewer than `ops()` means a cycle (deadlock); the ops not run keep pending > 0.
-  std::size_t run() {
+  //!
+  //! With a finite `cutoff`, `rank_tail[r]` being what rank r adds after its last
+  //! op (its gradient sync), the run stops as soon as one op proves the makespan
+  //! is at least `cutoff` (its end, plus its rank's later ops, plus the tail) and
+  //! sets `reached_cutoff`: a search that only keeps orders shorter than its best
+  //! so far learns "not shorter" without simulating the rest.
+  std::size_t run(double cutoff = std::numeric_limits<double>::infinity(), std::span<const double> rank_tail = {}) {
+    reached_cutoff = false;
+    const bool bounded = cutoff < std::numeric_limits<double>::infinity();
+    if (bounded) tails_after_ops(rank_tail);
     const std::size_t n = ops();
     const std::size_t edges = pred_op.size();
     rank_first.assign(n, 0);
@@ -96,11 +109,28 @@ struct op_graph {
       start[op] = begin;
       end[op] = begin + duration[op];
       ++done;
+      if (bounded && end[op] + still_to_come[op] >= cutoff) {
+        reached_cutoff = true;
+        return done;
+      }
       if (op + 1 < n && !rank_first[op + 1] && --pending[op + 1] == 0) ready.push_back(op + 1);
       for (std::uint32_t s = succ_begin[op]; s < succ_begin[op + 1]; ++s)
         if (--pending[succ_op[s]] == 0) ready.push_back(succ_op[s]);
     }
     return done;
+  }
+
+  //! Fills `still_to_come`: per op, the durations of its rank's later ops plus
+  //! the rank's tail (0 where `rank_tail` is empty).
+  void tails_after_ops(std::span<const double> rank_tail) {
+    still_to_come.resize(ops());
+    for (std::size_t r = 0; r < ranks(); ++r) {
+      double after = rank_tail.empty() ? 0.0 : rank_tail[r];
+      for (std::size_t i = rank_begin[r + 1]; i-- > rank_begin[r];) {
+        still_to_come[i] = after;
+        after += duration[i];
+      }
+    }
   }
 
   //! For a deadlocked run: the first op of each rank that did not run (or ops() when the rank finished).
