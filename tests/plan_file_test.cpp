@@ -122,7 +122,9 @@ TEST_CASE("a custom model, GPU and per-batch options round-trip exactly", "[plan
   p.batch.seed = 18446744073709551615ULL;
   p.batch.order_budget = 3;
   p.batch.weight_gradient_share = 0.375;
+  p.batch.gradient_bucket_bytes = 25.5 * (1 << 20);
   const auto document = dflop::to_json(p);
+  CHECK(document["batch"]["gradient_bucket_bytes"] == 25.5 * (1 << 20));
   const dflop::plan read = dflop::plan_from_json(document, "plan.json");
   CHECK(dflop::to_json(read) == document);
   check_same_plan(read, p);
@@ -153,6 +155,8 @@ TEST_CASE("plan files reject missing, mistyped and unknown fields and other vers
                  "unknown order policy 'fastest'");
   check_rejected(error_after([](auto& d) { d["batch"]["assignment"] = "random"; }), "batch.assignment",
                  "unknown slot assignment 'random'");
+  check_rejected(error_after([](auto& d) { d["batch"]["gradient_bucket_bytes"] = -1; }), "batch.gradient_bucket_bytes",
+                 ">= 0");
   check_rejected(error_after([](auto& d) { d["plan_version"] = 2; }), "plan_version",
                  "this dflop reads plan files of version 1, got 2");
   check_rejected(error_after([](auto& d) { d.erase("plan_version"); }), "plan_version", "not a plan file");

@@ -37,6 +37,7 @@ struct plan_command_options {
   std::string gpu = "h100-80gb";
   int global_batch = 512;
   std::string schedule = "auto";
+  double gradient_bucket_mib = 0;  // 0: one all-reduce per stage after its last op
   int batches = 4;
   std::uint64_t seed = 0;
   bool json = false;
@@ -58,6 +59,7 @@ void run_plan(const plan_command_options& options) {
   settings.batches = options.batches;
   settings.seed = options.seed;
   settings.exclude_unfittable = !options.exclude_unfittable.empty();
+  settings.batch.gradient_bucket_bytes = options.gradient_bucket_mib * 1024.0 * 1024.0;
   if (!options.json) {
     settings.progress = &std::cerr;
     settings.progress_interactive = dflop::stderr_is_terminal();
@@ -137,6 +139,11 @@ void add_plan_flags(CLI::App& command, plan_command_options& options) {
   command.add_option("--global-batch", options.global_batch, "samples per iteration")->capture_default_str();
   command.add_option("--schedule", options.schedule,
                      "auto (the planner chooses among 1f1b and zb-h1), gpipe, 1f1b or zb-h1")->capture_default_str();
+  command.add_option("--gradient-bucket-mb", options.gradient_bucket_mib,
+                     "predict the gradient all-reduce overlapped with each stage's last backward, in buckets of this "
+                     "many MiB (0: one all-reduce after the last op, what dflop's executors run)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   command.add_option("--batches", options.batches, "sampled global batches each candidate is scored on")
       ->capture_default_str();
   command.add_option("--seed", options.seed, "sampling and packing seed")->capture_default_str();

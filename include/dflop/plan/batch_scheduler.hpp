@@ -34,6 +34,7 @@
 #include <dflop/sim/order.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <numeric>
@@ -152,6 +153,10 @@ private:
     if (options.memory_budget_bytes < 0)
       throw input_error("memory_budget_bytes", 0,
                         "must be >= 0 (0: no cap), got " + std::to_string(options.memory_budget_bytes));
+    if (!(options.gradient_bucket_bytes >= 0) || !std::isfinite(options.gradient_bucket_bytes))
+      throw input_error("gradient_bucket_bytes", 0,
+                        "must be finite and >= 0 (0: one all-reduce after the last op), got " +
+                            std::to_string(options.gradient_bucket_bytes));
     cap_.reset();
     if (options.memory_budget_bytes > 0) cap_.emplace(*memory_, layout, options.memory_budget_bytes);
     encoder_failure_.reset();
@@ -582,6 +587,7 @@ private:
     const auto m = static_cast<std::uint32_t>(c.microbatches);
     multimodal_costs& costs = out.costs;
     costs.microbatches = m;
+    costs.gradient_bucket_bytes = options.gradient_bucket_bytes;
     const bool split = layout.schedule.split_backward;
     if (c.has_encoder()) {
       fill_module(module_kind::encoder, layout.encoder, ranks, batch, m, out.encoder_parts, split,

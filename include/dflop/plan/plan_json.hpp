@@ -50,14 +50,17 @@ inline constexpr int plan_file_version = 1;
 }
 
 //! Per-batch options: {"assignment", "order", "order_budget", "seed",
-//! "weight_gradient_share", "memory_budget_bytes"}.
+//! "weight_gradient_share", "memory_budget_bytes"}, and "gradient_bucket_bytes"
+//! when set (plans without overlapped reduction read and print as before).
 [[nodiscard]] inline nlohmann::ordered_json to_json(const batch_options& options) {
-  return {{"assignment", std::string(to_string(options.assignment))},
-          {"order", std::string(to_string(options.order))},
-          {"order_budget", options.order_budget},
-          {"seed", options.seed},
-          {"weight_gradient_share", options.weight_gradient_share},
-          {"memory_budget_bytes", options.memory_budget_bytes}};
+  nlohmann::ordered_json out{{"assignment", std::string(to_string(options.assignment))},
+                             {"order", std::string(to_string(options.order))},
+                             {"order_budget", options.order_budget},
+                             {"seed", options.seed},
+                             {"weight_gradient_share", options.weight_gradient_share},
+                             {"memory_budget_bytes", options.memory_budget_bytes}};
+  if (options.gradient_bucket_bytes > 0) out["gradient_bucket_bytes"] = options.gradient_bucket_bytes;
+  return out;
 }
 
 //! The whole plan: what `dflop plan --json` prints and a plan file holds.

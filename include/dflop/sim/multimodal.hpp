@@ -18,6 +18,7 @@
 #include <dflop/sim/result.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -67,6 +68,14 @@ struct multimodal_costs {
   module_costs encoder;            //!< the modality encoder (stages first in the pipeline)
   module_costs llm;                //!< the LLM
   std::vector<handoff> handoffs;   //!< encoder replica x slot x LLM replica
+  //! Gradient all-reduce bucket size in bytes (0: one all-reduce per stage once
+  //! every replica has finished). With buckets, a stage's gradients become
+  //! final evenly over its last gradient-producing op (the last B, or the last W
+  //! when the schedule splits the backward), as the backward walks its layers;
+  //! each bucket is reduced as soon as every replica has it and the previous
+  //! bucket is done, overlapping the reduction with that op (as Megatron-LM's
+  //! and DDP's overlapped gradient reduction do).
+  double gradient_bucket_bytes = 0;
 
   //! Index into `handoffs`.
   [[nodiscard]] std::size_t handoff_at(std::uint32_t encoder_replica, std::uint32_t slot,
@@ -143,6 +152,8 @@ struct multimodal_costs {
                   std::to_string(links));
     for (const auto& link : handoffs)
       if (!(link.seconds >= 0)) throw error("multimodal_costs: a handoff has a negative or NaN time");
+    if (!(gradient_bucket_bytes >= 0) || !std::isfinite(gradient_bucket_bytes))
+      throw error("multimodal_costs: gradient_bucket_bytes must be finite and >= 0");
   }
 
   friend bool operator==(const multimodal_costs&, const multimodal_costs&) = default;
@@ -192,6 +203,13 @@ public:
   }
 
 private:
+  static constexpr double max_buckets = 1e6;
+  // A position's gradient reduction: `buckets` all-reduces of `bucket_seconds` each.
+  struct sync_model {
+    std::uint32_t buckets = 0;
+    double bucket_seconds = 0;
+  };
+
   // The op graph of one iteration: nodes, durations and dependency edges.
   void build(const pipeline_schedule& schedule, const multimodal_costs& costs, std::span<const std::uint32_t> order) {
     check_shapes(schedule, costs, order);
@@ -271,10 +289,27 @@ private:
       const module_costs& module = in_encoder ? costs.encoder : costs.llm;
       const std::uint32_t local = in_encoder ? p : p - costs.encoder.stages;
       const double bytes = module.gradient_bytes.empty() ? 0.0 : module.gradient_bytes[local];
-      position_sync_[p] = bytes > 0 ? ring_allreduce_seconds(bytes, module.replicas, module.gradient_link) : 0.0;
+      position_sync_[p] = {};
+      if (bytes <= 0 || module.replicas <= 1) continue;
+      const double buckets = costs.gradient_bucket_bytes > 0 ? std::ceil(bytes / costs.gradient_bucket_bytes) : 1.0;
+      if (buckets > max_buckets)
+        throw error("multimodal_costs: gradient_bucket_bytes " + std::to_string(costs.gradient_bucket_bytes) +
+                    " splits position " + std::to_string(p) + "'s " + std::to_string(bytes) +
+                    " gradient bytes into more than " + std::to_string(static_cast<int>(max_buckets)) + " buckets");
+      position_sync_[p].buckets = static_cast<std::uint32_t>(buckets);
+      position_sync_[p].bucket_seconds =
+          ring_allreduce_seconds(bytes / position_sync_[p].buckets, module.replicas, module.gradient_link);
     }
+    // What a rank surely adds after its last op: one bucket's reduction when
+    // that op produces gradients (the last bucket is final when it ends; the
+    // shipped schedules all end so), else nothing.
+    const op_kind producer = schedule.split_backward ? op_kind::weight : op_kind::backward;
     rank_sync_.resize(costs.ranks());
-    for (std::uint32_t r = 0; r < costs.ranks(); ++r) rank_sync_[r] = position_sync_[costs.position_of(r)];
+    for (std::uint32_t r = 0; r < costs.ranks(); ++r) {
+      const std::uint32_t p = costs.position_of(r);
+      const bool ends_producing = !schedule.rank_ops[p].empty() && schedule.rank_ops[p].back().kind == producer;
+      rank_sync_[r] = position_sync_[p].buckets <= 1 || ends_producing ? position_sync_[p].bucket_seconds : 0.0;
+    }
     const std::size_t ran = graph_.run(cutoff, rank_sync_);
     if (graph_.reached_cutoff) return false;
     if (ran != graph_.ops()) {
@@ -293,20 +328,63 @@ private:
     peak_activations(schedule, position_peaks_);
     result.peak_activations.resize(result.ranks());
     result.gradient_sync.resize(result.ranks());
+    const op_kind producer = schedule.split_backward ? op_kind::weight : op_kind::backward;
     for (std::uint32_t p = 0; p < costs.positions(); ++p) {
       const std::uint32_t replicas = p < costs.encoder.stages ? costs.encoder.replicas : costs.llm.replicas;
+      const sync_model& sync = position_sync_[p];
+      op_timing reduced{};
+      if (sync.buckets <= 1) {  // one all-reduce once every replica is done
+        double ready = 0;
+        for (std::uint32_t q = 0; q < replicas; ++q) {
+          const std::uint32_t rank = rank_of(costs, p, q);
+          for (std::uint32_t i = graph_.rank_begin[rank]; i < graph_.rank_begin[rank + 1]; ++i)
+            ready = std::max(ready, graph_.end[i]);
+        }
+        reduced = {ready, ready + sync.bucket_seconds};
+      } else {
+        reduced = bucketed_sync(schedule, costs, p, replicas, producer, sync);
+      }
+      for (std::uint32_t q = 0; q < replicas; ++q) {
+        result.peak_activations[rank_of(costs, p, q)] = position_peaks_[p];
+        result.gradient_sync[rank_of(costs, p, q)] = reduced;
+      }
+      result.makespan = std::max(result.makespan, reduced.end);
+    }
+    detail::finish_bubble(result);
+  }
+
+  // Bucket i of n is final on a replica at s + (i + 1) T / n, where [s, s + T)
+  // is the replica's last `producer` op; its reduction starts when every
+  // replica has it and bucket i - 1 is reduced. Returns [first start, last end].
+  op_timing bucketed_sync(const pipeline_schedule& schedule, const multimodal_costs& costs, std::uint32_t p,
+                          std::uint32_t replicas, op_kind producer, const sync_model& sync) const {
+    const auto& ops = schedule.rank_ops[p];
+    std::size_t last = ops.size();
+    for (std::size_t i = ops.size(); i-- > 0;)
+      if (ops[i].kind == producer) {
+        last = i;
+        break;
+      }
+    double first_start = 0;
+    double done = 0;
+    for (std::uint32_t b = 0; b < sync.buckets; ++b) {
       double ready = 0;
       for (std::uint32_t q = 0; q < replicas; ++q) {
         const std::uint32_t rank = rank_of(costs, p, q);
-        result.peak_activations[rank] = position_peaks_[p];
-        for (std::uint32_t i = graph_.rank_begin[rank]; i < graph_.rank_begin[rank + 1]; ++i)
-          ready = std::max(ready, graph_.end[i]);
+        if (last == ops.size()) {  // no such op (cannot happen for a valid schedule): after the rank's end
+          ready = std::max(ready, graph_.end[graph_.rank_begin[rank + 1] - 1]);
+          continue;
+        }
+        const std::uint32_t op = graph_.rank_begin[rank] + static_cast<std::uint32_t>(last);
+        const double fraction = static_cast<double>(b + 1) / sync.buckets;
+        ready = std::max(ready, b + 1 == sync.buckets ? graph_.end[op]
+                                                      : graph_.start[op] + fraction * (graph_.end[op] - graph_.start[op]));
       }
-      const double sync = position_sync_[p];
-      for (std::uint32_t q = 0; q < replicas; ++q) result.gradient_sync[rank_of(costs, p, q)] = {ready, ready + sync};
-      result.makespan = std::max(result.makespan, ready + sync);
+      const double start = std::max(ready, done);
+      if (b == 0) first_start = start;
+      done = start + sync.bucket_seconds;
     }
-    detail::finish_bubble(result);
+    return {first_start, done};
   }
 
   // Result rank of pipeline position `position`, replica `replica`.
@@ -383,7 +461,8 @@ private:
   std::vector<std::size_t> sizes_;
   std::vector<std::uint32_t> index_in_rank_;
   std::vector<std::uint32_t> position_peaks_;
-  std::vector<double> position_sync_, rank_sync_;
+  std::vector<sync_model> position_sync_;
+  std::vector<double> rank_sync_;
   simulation_result scratch_;
 };
 

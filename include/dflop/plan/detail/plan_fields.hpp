@@ -87,7 +87,8 @@ template <class Read>
 //! `batch`: the per-batch options.
 [[nodiscard]] inline batch_options plan_batch_options_from_json(const json_fields& parent) {
   const json_fields fields(parent.at("batch"), parent.source(), parent.path("batch"));
-  fields.only({"assignment", "order", "order_budget", "seed", "weight_gradient_share", "memory_budget_bytes"});
+  fields.only({"assignment", "order", "order_budget", "seed", "weight_gradient_share", "memory_budget_bytes",
+               "gradient_bucket_bytes"});
   batch_options options;
   const std::string assignment = fields.text("assignment");
   const auto parsed_assignment = parse_slot_assignment(assignment);
@@ -108,6 +109,9 @@ template <class Read>
                 "is a fraction of the backward, so at most 1, got " + json_number_text(options.weight_gradient_share));
   // Optional: plan files written before the memory cap have none (no cap).
   if (fields.has("memory_budget_bytes")) options.memory_budget_bytes = fields.integer_in("memory_budget_bytes", 0);
+  // Optional: absent means one all-reduce after the last op.
+  if (fields.has("gradient_bucket_bytes"))
+    options.gradient_bucket_bytes = fields.number_at_least("gradient_bucket_bytes", 0);
   return options;
 }
 
