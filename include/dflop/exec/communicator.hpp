@@ -57,6 +57,16 @@ concept communicator = std::movable<C> && requires(C& comm, const C& const_comm,
   comm.deallocate(pointer, bytes);
 };
 
+//! Whether `C` can start a gradient sum and return at once (`all_reduce_sum_start`,
+//! completed by `wait`): what overlapping the data-parallel reduction with the
+//! last backward needs. The buffer stays untouched until the wait; every member
+//! starts the same sums in the same order. Models without it sum at the step's end.
+template <class C>
+concept starts_all_reduce = communicator<C> && requires(C& comm, gradient_buffer gradient,
+                                                        typename C::resource_type resource) {
+  { comm.all_reduce_sum_start(gradient, resource) } -> std::same_as<typename C::request>;
+};
+
 //! Whether `C` matches messages between two ranks in posting order instead of by
 //! tag (NCCL): the executor then posts every receive in its sender's send order.
 template <class C>

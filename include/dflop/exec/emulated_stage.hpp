@@ -29,6 +29,7 @@
 #include <dflop/util/precise_sleep.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -86,8 +87,11 @@ public:
                             " replicas of this module");
     batch_ = &batch;
     calls_ = 0;
+    final_started_ = final_ended_ = {};
     const double bytes = costs.gradient_bytes.empty() ? 0.0 : costs.gradient_bytes[stage];
-    sync_seconds_ = bytes > 0 ? ring_allreduce_seconds(bytes, costs.replicas, costs.gradient_link) : 0.0;
+    const double bucket = batch.costs.gradient_bucket_bytes;
+    buckets_ = bytes > 0 && bucket > 0 && costs.replicas > 1 ? std::ceil(bytes / bucket) : 1.0;
+    sync_seconds_ = bytes > 0 ? ring_allreduce_seconds(bytes / buckets_, costs.replicas, costs.gradient_link) : 0.0;
   }
 
   //! Input activation bytes: the previous stage's output for these samples.
@@ -122,23 +126,31 @@ public:
   template <class Context>
   void backward(Context& ctx) {
     check(ctx.output_grad, ctx.samples, output_block(), backward_stamp, "output gradient", output_bytes(ctx.samples));
-    finish_op(cost(module().backward, ctx));
+    final_op(ctx, false, [&] { finish_op(cost(module().backward, ctx)); });
     stamp(ctx.input_grad, ctx.samples, input_block(), backward_stamp);
   }
   //! W: sleeps the weight-gradient time (split schedules; otherwise the executor
   //! calls it right after B and the batch prices it 0).
   template <class Context>
   void weight(Context& ctx) {
-    finish_op(cost(module().weight, ctx));
+    final_op(ctx, true, [&] { finish_op(cost(module().weight, ctx)); });
   }
   //! One value, summed over the data-parallel group like real gradients. The
   //! executor reads it once after a step's last op, before the sum: the first
   //! read then sleeps the emulated all-reduce, which the simulator starts when
   //! every replica of the stage has finished and its last messages are out.
+  //! With buckets (`multimodal_costs::gradient_bucket_bytes`) the value was said
+  //! final in the last gradient-producing op and is summed then; the read sleeps
+  //! until this replica's bucketed reduction, timed from that op as the
+  //! simulator times it, would end.
   [[nodiscard]] std::span<double> gradients() {
     if (batch_ && calls_ == 3 * batch_->costs.microbatches) {
       ++calls_;
-      if (sync_seconds_ > 0) sleep_precisely(sync_seconds_ * options_.time_scale);
+      if (buckets_ <= 1) {
+        if (sync_seconds_ > 0) sleep_precisely(sync_seconds_ * options_.time_scale);
+      } else if (final_ended_ != clock::time_point{}) {
+        sleep_until(bucketed_end());
+      }
     }
     return {&gradient_, 1};
   }
@@ -227,6 +239,32 @@ private:
     const std::uint32_t slot = batch_->slot_order.empty() ? ctx.microbatch : batch_->slot_order[ctx.microbatch];
     return values[costs.at(ctx.replica, slot, assignment_.role.stage, batch_->costs.microbatches)];
   }
+  using clock = std::chrono::steady_clock;
+
+  // Runs `sleep` (a B or W); in the stage's last gradient-producing op, also
+  // notes when that op ran. Its W call comes last (right after B when the
+  // schedule does not split), so with buckets it says the gradient final there.
+  template <class Context, class Sleep>
+  void final_op(Context& ctx, bool is_weight, Sleep&& sleep) {
+    if (!ctx.final_gradients) return sleep();
+    if (final_started_ == clock::time_point{}) final_started_ = clock::now();  // B then W: from B's start
+    sleep();
+    final_ended_ = clock::now();
+    if (is_weight && buckets_ > 1) ctx.gradients_ready(gradient_buffer::of(std::span<double>(&gradient_, 1)));
+  }
+  // When n buckets of t seconds, final evenly over [s, e), are reduced: e + t
+  // when t <= (e - s) / n, else s + (e - s) / n + n t.
+  [[nodiscard]] clock::time_point bucketed_end() const {
+    const double op = std::chrono::duration<double>(final_ended_ - final_started_).count();
+    const double t = sync_seconds_ * options_.time_scale;
+    const double after_start = t <= op / buckets_ ? op + t : op / buckets_ + buckets_ * t;
+    return final_started_ + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(after_start));
+  }
+  static void sleep_until(clock::time_point when) {
+    const double left = std::chrono::duration<double>(when - clock::now()).count();
+    if (left > 0) sleep_precisely(left);
+  }
+
   // Sleeps one call's scaled time. The executor calls F, B and W once per
   // microbatch (W right after B when not split): `calls_` tells when the last has run.
   void finish_op(double seconds) {
@@ -241,7 +279,9 @@ private:
   double handoff_bytes_per_token_ = 0;
   const batch_schedule* batch_ = nullptr;
   std::uint32_t calls_ = 0;
-  double sync_seconds_ = 0;
+  double sync_seconds_ = 0;  // the whole all-reduce, or one bucket's with buckets
+  double buckets_ = 1;       // buckets the stage's gradients are reduced in
+  clock::time_point final_started_{}, final_ended_{};  // the last gradient-producing op
   double gradient_ = 0;
 };
 static_assert(pipeline_stage<emulated_stage>);

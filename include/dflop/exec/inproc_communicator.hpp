@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -64,6 +65,8 @@ struct inproc_collective {
   int departed = 0;                               //!< members that took the result
   bool done = false;                              //!< the result is ready
   std::vector<void*> parts;                       //!< all-reduce: each member's buffer
+  //! all-reduce: the requests of members that started it without waiting (completed by the last to arrive)
+  std::vector<std::shared_ptr<inproc_request_state>> started;
   std::vector<std::shared_ptr<void>> arrivals;    //!< all-reduce: what each member's transport recorded
   std::shared_ptr<void> reduced;                  //!< all-reduce: what the sum's completion is (device: an event)
   std::size_t count = 0;                          //!< all-reduce: elements per member (the first member's)
@@ -259,6 +262,37 @@ public:
   //! `all_reduce_sum`, ordering this rank's own resource.
   void all_reduce_sum(const gradient_buffer& buffer) { all_reduce_sum(buffer, resource()); }
 
+  //! Starts `all_reduce_sum(buffer)` and returns at once; `wait` completes it. The
+  //! last member to start (or join) it sums for everyone, in member order, while
+  //! the others go on working: keep `buffer` untouched until the wait. Every
+  //! member starts the same sums in the same order. Host memory only.
+  request all_reduce_sum_start(const gradient_buffer& buffer, resource_type)
+    requires std::same_as<Transport, host_transport>
+  {
+    auto started = std::make_shared<state_type>();
+    if (size() == 1) {
+      started->done.store(true);
+      return started;
+    }
+    std::lock_guard lock(world_->mutex_);
+    if (world_->aborted_) throw pipeline_aborted("rank " + std::to_string(global()) + " stopped: " + world_->failure_text_);
+    const auto at = std::pair{id_, sequence_++};
+    auto& state = world_->collectives_[at];
+    deposit(state, buffer, {});
+    state.started.push_back(started);
+    ++state.departed;  // it takes nothing back: the sum is written into its buffer
+    if (++state.arrived == size())
+      complete(state, [&](detail::inproc_collective& all) { return transport_.reduce(all.parts, all.arrivals, buffer); });
+    if (state.departed == size()) world_->collectives_.erase(at);
+    return started;
+  }
+  //! `all_reduce_sum_start` on this rank's own resource.
+  request all_reduce_sum_start(const gradient_buffer& buffer)
+    requires std::same_as<Transport, host_transport>
+  {
+    return all_reduce_sum_start(buffer, resource());
+  }
+
   //! Sums one host value over all ranks (after the work issued on this rank's
   //! resource has finished: on a device, the step's one host wait).
   [[nodiscard]] double all_reduce_value(double value) {
@@ -329,6 +363,22 @@ private:
     std::unique_lock lock(world_->mutex_);
     const auto at = std::pair{id_, sequence_++};
     auto& state = world_->collectives_[at];
+    deposit(state, part, std::move(arrival));
+    if (++state.arrived == size()) {
+      complete(state, reduce);
+    } else {
+      world_->wait(lock, global(), [&] { return state.done; }, "an all-reduce");
+    }
+    auto reduced = state.reduced;
+    const std::string failed = state.error;
+    if (++state.departed == size()) world_->collectives_.erase(at);
+    if (!failed.empty()) throw error(failed);
+    return reduced;
+  }
+
+  // This member's part of an all-reduce (the world's lock held); parts of
+  // different sizes or types record why, and nothing is summed.
+  void deposit(detail::inproc_collective& state, const gradient_buffer& part, std::shared_ptr<void> arrival) {
     if (state.parts.empty()) {
       state.parts.resize(members_.size());
       state.arrivals.resize(members_.size());
@@ -341,18 +391,19 @@ private:
     }
     state.parts[static_cast<std::size_t>(index_)] = part.data;
     state.arrivals[static_cast<std::size_t>(index_)] = std::move(arrival);
-    if (++state.arrived == size()) {
-      if (state.error.empty()) state.reduced = reduce(state);
-      state.done = true;
-      for (int member : members_) world_->wake(member);
-    } else {
-      world_->wait(lock, global(), [&] { return state.done; }, "an all-reduce");
+  }
+
+  // The last member to arrive: sums (unless the parts disagree), then completes
+  // the started requests and wakes every member.
+  template <class Reduce>
+  void complete(detail::inproc_collective& state, Reduce&& reduce) {
+    if (state.error.empty()) state.reduced = reduce(state);
+    state.done = true;
+    for (auto& started : state.started) {
+      started->error = state.error;
+      started->done.store(true, std::memory_order_release);
     }
-    auto reduced = state.reduced;
-    const std::string failed = state.error;
-    if (++state.departed == size()) world_->collectives_.erase(at);
-    if (!failed.empty()) throw error(failed);
-    return reduced;
+    for (int member : members_) world_->wake(member);
   }
 
   request post(int peer, int tag, const std::byte* send_data, std::byte* receive_data, std::size_t bytes,

@@ -154,6 +154,26 @@ public:
           "an all-reduce");
     }
   }
+  //! Starts the in-place sum of `buffer` (MPI_Iallreduce) and returns at once;
+  //! `wait` completes it. Keep `buffer` untouched until then; every member starts
+  //! the same sums in the same order. MPI progresses it inside MPI calls (the
+  //! executor tests its messages between ops). Throws `dflop::error` for more
+  //! than 2^30 elements: start such a buffer in parts.
+  request all_reduce_sum_start(const gradient_buffer& buffer, host_thread = {}) {
+    request r;
+    if (size_ == 1 || buffer.count == 0) {
+      r.done = true;
+      return r;
+    }
+    if (buffer.count > (std::size_t{1} << 30))
+      throw error("all_reduce_sum_start: " + std::to_string(buffer.count) +
+                  " elements in one buffer; start at most 2^30 at a time");
+    const MPI_Datatype type = buffer.type == element_type::float64 ? MPI_DOUBLE : MPI_FLOAT;
+    detail::mpi_check(
+        MPI_Iallreduce(MPI_IN_PLACE, buffer.data, static_cast<int>(buffer.count), type, MPI_SUM, comm_, &r.handle),
+        "MPI_Iallreduce");
+    return r;
+  }
   //! Sums one value over the communicator.
   [[nodiscard]] double all_reduce_value(double value) {
     all_reduce_sum(gradient_buffer::of(std::span<double>(&value, 1)));

@@ -21,6 +21,7 @@
 //!   the step (a `std::span<double>`, `std::span<float>` or a range of `gradient_buffer`).
 #pragma once
 
+#include <dflop/error.hpp>
 #include <dflop/exec/gradient_buffer.hpp>
 #include <dflop/exec/microbatch_view.hpp>
 #include <dflop/schedule/op.hpp>
@@ -29,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <type_traits>
 
 namespace dflop {
@@ -55,6 +57,20 @@ protected:
   stage_memory& operator=(const stage_memory&) = default;
   ~stage_memory() = default;
 };
+
+//! Where a stage's final gradient buffers go as it produces them: the executor's
+//! overlapped data-parallel reduction (exec/detail/gradient_overlap.hpp).
+class gradient_sink {
+public:
+  //! `buffer` holds its final gradients for the step.
+  virtual void ready(const gradient_buffer& buffer) = 0;
+
+protected:
+  gradient_sink() = default;
+  gradient_sink(const gradient_sink&) = default;
+  gradient_sink& operator=(const gradient_sink&) = default;
+  ~gradient_sink() = default;
+};
 }  // namespace detail
 
 //! Everything a stage call is told: which op, microbatch, stage and replica, the
@@ -78,6 +94,11 @@ struct basic_stage_context {
   double loss = 0;                         //!< F on the last stage: the microbatch's loss
   Resource resource{};                     //!< where the work runs (thread or stream)
   detail::stage_memory* memory = nullptr;  //!< the allocator behind stash/scratch
+  //! B or W: this is the stage's last gradient-producing op of the step (the last
+  //! B, or the last W when the schedule splits the backward and the stage has a
+  //! weight pass): its gradients become final as this op writes them.
+  bool final_gradients = false;
+  detail::gradient_sink* gradient_sink = nullptr;  //!< the executor's overlapped reduction (null: none)
 
   //! First model stage (no input activation)?
   [[nodiscard]] bool first_stage() const noexcept { return stage == 0; }
@@ -90,6 +111,22 @@ struct basic_stage_context {
   [[nodiscard]] std::span<std::byte> stashed(std::size_t index = 0) const { return memory->stashed(index); }
   //! Scratch memory valid until the call returns.
   [[nodiscard]] std::span<std::byte> scratch(std::size_t bytes) const { return memory->scratch(bytes); }
+  //! Says that `buffer`, one of `gradients()`'s, holds its final gradients, so
+  //! its data-parallel sum may start now and overlap the rest of this op (the
+  //! way Megatron-LM and DDP overlap it): call it only while `final_gradients`,
+  //! as each bucket of layers finishes, then leave the buffer untouched until
+  //! the step ends. Every replica of the stage must say the same buffers in the
+  //! same order. Buffers never said final are summed after the last op, as
+  //! before; without an executor (the sequential reference: no sink) this does
+  //! nothing. Throws `dflop::error` outside the last gradient-producing op.
+  void gradients_ready(const gradient_buffer& buffer) const {
+    if (gradient_sink == nullptr) return;
+    if (!final_gradients)
+      throw error(std::string("gradients_ready: called in a ") + kind_letter(kind) + " op of microbatch " +
+                  std::to_string(microbatch) + " on stage " + std::to_string(stage) +
+                  ", which is not the stage's last gradient-producing op of the step (see final_gradients)");
+    gradient_sink->ready(buffer);
+  }
 };
 
 //! The context of host stages (threads and MPI processes).

@@ -17,7 +17,9 @@
 //! - `void before_call(const pipeline_op&, op_record<C>&)`: after the inputs arrived (TP broadcast);
 //! - `void forwarded(const pipeline_op&, pooled_buffer& output)`: send or hand over F's output;
 //! - `void backpropagated(const pipeline_op&, pooled_buffer& input_grad)`: likewise B's input gradient;
-//! - `void sum_gradients()` and `bool holds_loss()`: the step's close.
+//! - `Communicator& gradient_group()`: the data-parallel group its stages' gradients are summed over;
+//! - `void sum_gradients()` and `bool holds_loss()`: the step's close (`sum_gradients`
+//!   skips the buffers whose sums `overlap_` started during the step).
 //!
 //! This header is the executors' common ground: an executor derives from
 //! `op_loop<Communicator, itself, Stages...>` and gets from it the context and
@@ -29,6 +31,7 @@
 #include <dflop/exec/buffer_pool.hpp>
 #include <dflop/exec/communicator.hpp>
 #include <dflop/exec/failure.hpp>
+#include <dflop/exec/detail/gradient_overlap.hpp>
 #include <dflop/exec/detail/pool_memory.hpp>
 #include <dflop/exec/detail/step_receives.hpp>
 #include <dflop/exec/detail/send_queue.hpp>
@@ -45,6 +48,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace dflop::detail {
@@ -123,6 +127,8 @@ protected:
     if (options_.record_op_times) result_.op_times.reserve(ops.size());
     const std::uint32_t last = schedule.stages() - 1;
     pool_memory<Communicator> mem(pool_);
+    mark_final_gradient_ops(schedule, ops);
+    overlap_.begin_step(self.gradient_group());
     for (std::size_t i = 0; i < ops.size(); ++i) {
       result_.messages_received += receives_.post_until(i + options_.receive_lookahead, *world_, pool_, records_);
       if (!sends_.empty()) sends_.reap(*world_, false);
@@ -136,6 +142,8 @@ protected:
       ctx.samples = mb;
       ctx.resource = world_->resource();
       ctx.memory = &mem;
+      ctx.final_gradients = final_op_[op.stage] == i;
+      ctx.gradient_sink = &overlap_;
       self.describe(ctx, op);
       mem.stash_ = &rec.stash;
       wait_all(*world_, rec.input_requests, ctx.resource);
@@ -173,6 +181,7 @@ protected:
     }
     sends_.reap(*world_, true);
     self.sum_gradients();
+    overlap_.finish();
     return close_step(*world_, self.holds_loss(), losses_, pool_.allocations() - buffers_before, clock, result_);
   }
 
@@ -184,8 +193,24 @@ protected:
   step_receives<Communicator> receives_;
   std::uint32_t m_ = 0;
   bool split_ = false;
+  gradient_overlap<Communicator> overlap_;  // the sums stages started during the step
 
 private:
+  // Per model stage, the index in `ops` of its last gradient-producing op: the
+  // last W when the schedule splits the backward and the stage has a weight
+  // pass, else the last B (which then runs the weight pass too).
+  void mark_final_gradient_ops(const pipeline_schedule& schedule, std::span<const pipeline_op> ops) {
+    auto& self = static_cast<Derived&>(*this);
+    final_op_.assign(schedule.stages(), ops.size());
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const pipeline_op& op = ops[i];
+      const bool weight_pass = split_ && with_stage(self.stage_for(op), [](auto& stage) {
+                                 return has_weight_pass<std::remove_cvref_t<decltype(stage)>, context>;
+                               });
+      if (op.kind == (weight_pass ? op_kind::weight : op_kind::backward)) final_op_[op.stage] = i;
+    }
+  }
+
   void call(const pipeline_op& op, context& ctx, step_clock& clock) {
     const double begin = clock.op_begin();
     call_stage(world_->rank(), static_cast<Derived&>(*this).stage_for(op), ctx, !split_);
@@ -202,6 +227,7 @@ private:
   pipeline_schedule validated_;
   std::chrono::steady_clock::time_point started_;
   std::vector<std::size_t> position_;
+  std::vector<std::size_t> final_op_;  // per model stage: see mark_final_gradient_ops
   std::vector<double> losses_;
   step_result result_;
 };
