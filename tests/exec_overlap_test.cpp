@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -27,6 +28,7 @@ constexpr std::size_t bucket_size = 5;
 
 // What every replica's stage saw, over all ranks.
 struct observations {
+  std::array<std::atomic<int>, 4 * buckets> posted{};  // replicas whose gradients_ready returned, per (stage, bucket)
   std::mutex mutex;
   std::vector<std::string> final_ops;  // "stage s: B3" per op marked final
   int sums_seen_inside = 0;            // buckets whose sum arrived before the final op returned
@@ -81,14 +83,18 @@ private:
       for (double& value : grads[b]) value += static_cast<double>(b + 1);
       if (!(post && ctx.final_gradients)) continue;
       ctx.gradients_ready(gradient_buffer::of(std::span<double>(grads[b])));
-      // The other replicas say it final in their own final op: the sum lands
-      // in this buffer while this op still runs (the in-process last poster sums).
-      const double total = static_cast<double>(replicas) * m * static_cast<double>(b + 1);
+      // The other replicas say it final in their own final op. Once every one
+      // has returned from saying so, the in-process sum (done by the last one,
+      // inside its call) is in this buffer: seen here, while this op still runs.
+      std::atomic<int>& arrived = seen->posted[stage * buckets + b];
+      arrived.fetch_add(1, std::memory_order_release);
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      const std::atomic_ref<double> first(grads[b][0]);
-      while (first.load() != total && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      while (arrived.load(std::memory_order_acquire) < static_cast<int>(replicas) &&
+             std::chrono::steady_clock::now() < deadline)
+        std::this_thread::yield();
+      const double total = static_cast<double>(replicas) * m * static_cast<double>(b + 1);
       std::lock_guard lock(seen->mutex);
-      ++(first.load() == total ? seen->sums_seen_inside : seen->sums_missing_inside);
+      ++(grads[b][0] == total ? seen->sums_seen_inside : seen->sums_missing_inside);
     }
   }
 };
@@ -152,7 +158,8 @@ TEST_CASE("without a weight pass a split schedule's final op is the last B", "[e
   for (const auto& rank : posted) CHECK(rank[1] == std::vector<double>(bucket_size, 2 * 4.0 * 2));
 }
 
-TEST_CASE("gradients_ready outside the final op, or twice for a buffer, is refused", "[exec]") {
+TEST_CASE("gradients_ready outside the final op, twice for a buffer, for part of one or for another is refused",
+          "[exec]") {
   const auto samples = generate_mixture("onevision", 8, 1);
   const auto lists = contiguous_microbatches(samples.size(), 4);
   const step_batch batch{samples, lists};
@@ -164,6 +171,45 @@ TEST_CASE("gradients_ready outside the final op, or twice for a buffer, is refus
       if (twice) ctx.gradients_ready(gradient_buffer::of(std::span<double>(grads[0])));
     }
   };
+  struct foreign_stage : bucket_stage<false> {
+    std::vector<double> elsewhere = std::vector<double>(4, 1.0);
+    void backward(stage_context& ctx) {
+      // A buffer gradients() never returns: the sum would land in memory the stage may not hold.
+      if (ctx.final_gradients) ctx.gradients_ready(gradient_buffer::of(std::span<double>(elsewhere)));
+    }
+  };
+  {
+    std::string message;
+    try {
+      run_inproc(2, [&](inproc_communicator& comm) {
+        executor<inproc_communicator, foreign_stage> run(comm, 1, std::vector<foreign_stage>(1), {.watchdog_seconds = 10});
+        (void)run.step(one_f_one_b{}.make({1, 2}), batch);
+      });
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    INFO(message);
+    CHECK(message.find("is none of the buffers the stage's gradients() returns") != std::string::npos);
+  }
+  struct partial_stage : bucket_stage<false> {
+    void backward(stage_context& ctx) {
+      // Part of a buffer gradients() returns whole: the end-of-step sum would add it twice.
+      if (ctx.final_gradients) ctx.gradients_ready(gradient_buffer::of(std::span<double>(grads[0]).first(2)));
+    }
+  };
+  {
+    std::string message;
+    try {
+      run_inproc(2, [&](inproc_communicator& comm) {
+        executor<inproc_communicator, partial_stage> run(comm, 1, std::vector<partial_stage>(1), {.watchdog_seconds = 10});
+        (void)run.step(one_f_one_b{}.make({1, 2}), batch);
+      });
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    INFO(message);
+    CHECK(message.find("covers part of a gradients() buffer") != std::string::npos);
+  }
   for (const bool twice : {false, true}) {
     std::string message;
     try {

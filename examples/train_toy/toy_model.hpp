@@ -105,7 +105,10 @@ public:
       }
   }
 
-  //! Weight gradient: dW += x^T dpre, db += sum dpre (in token order).
+  //! Weight gradient: dW += x^T dpre, db += sum dpre (in token order). In the
+  //! step's last gradient-producing op the gradients are then final: their
+  //! data-parallel sum may start at once (`gradients_ready`), while other stages
+  //! still run.
   template <class Context>
   void weight(Context& ctx) {
     std::span<const double> x = stage_ == 0 ? as_span<double>(ctx.stashed(1)) : as_span<double>(ctx.input);
@@ -117,6 +120,8 @@ public:
           gradients_[i * hidden_ + o] += x[t * hidden_ + i] * dpre[t * hidden_ + o];
     for (std::size_t t = 0; t < rows; ++t)
       for (std::size_t o = 0; o < hidden_; ++o) gradients_[hidden_ * hidden_ + o] += dpre[t * hidden_ + o];
+    if constexpr (requires { ctx.final_gradients; })  // executor contexts (the profiler's has no reduction)
+      if (ctx.final_gradients) ctx.gradients_ready(gradient_buffer::of(std::span<double>(gradients_)));
   }
 
   //! The gradient of W then b, summed over replicas by the executor.

@@ -141,7 +141,8 @@ void add_plan_flags(CLI::App& command, plan_command_options& options) {
                      "auto (the planner chooses among 1f1b and zb-h1), gpipe, 1f1b or zb-h1")->capture_default_str();
   command.add_option("--gradient-bucket-mb", options.gradient_bucket_mib,
                      "predict the gradient all-reduce overlapped with each stage's last backward, in buckets of this "
-                     "many MiB (0: one all-reduce after the last op, what dflop's executors run)")
+                     "many MiB, as the executors run it for stages that call gradients_ready (0: one all-reduce after "
+                     "the last op)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   command.add_option("--batches", options.batches, "sampled global batches each candidate is scored on")

@@ -176,7 +176,8 @@ private:
   // Data-parallel gradient sum per stage; the last stage's rank holds the loss.
   void sum_gradients() {
     for (auto& stage : stages_)
-      detail::sum_gradients(data_parallel_.front(), stage, [&](const void* data) { return this->overlap_.started(data); });
+      detail::sum_gradients(data_parallel_.front(), stage,
+                            [&](const gradient_buffer& g) { return this->overlap_.started(g); });
   }
   [[nodiscard]] Communicator& gradient_group() noexcept { return data_parallel_.front(); }
   [[nodiscard]] bool holds_loss() const noexcept { return world_rank_of(stages_count_ - 1) == this->world_->rank(); }

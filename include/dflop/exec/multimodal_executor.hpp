@@ -296,7 +296,7 @@ private:
   // Gradients over the (module, stage, TP rank) replicas; each LLM replica's last
   // stage counts its loss once, by TP rank 0.
   void sum_gradients() {
-    detail::sum_gradients(*data_parallel_, stage_, [&](const void* data) { return this->overlap_.started(data); });
+    detail::sum_gradients(*data_parallel_, stage_, [&](const gradient_buffer& g) { return this->overlap_.started(g); });
   }
   [[nodiscard]] Communicator& gradient_group() noexcept { return *data_parallel_; }
   [[nodiscard]] bool holds_loss() const noexcept { return role_.position + 1 == positions_ && role_.tp_rank == 0; }

@@ -60,10 +60,10 @@ struct batch_options {
   //! The planner sets it to the GPU's memory less `planner_options::memory_headroom`.
   std::int64_t memory_budget_bytes = 0;
   //! Gradient all-reduce bucket size in bytes (0: one all-reduce per stage after
-  //! its last op, what dflop's executors run today). Above 0 the batch's
-  //! predictions overlap the reduction with each stage's last backward, bucket by
-  //! bucket (`multimodal_costs::gradient_bucket_bytes`), as a trainer with
-  //! overlapped gradient reduction runs; dflop's executors do not overlap yet.
+  //! its last op). Above 0 the batch's predictions overlap the reduction with
+  //! each stage's last gradient-producing op, bucket by bucket
+  //! (`multimodal_costs::gradient_bucket_bytes`): what the executors run when the
+  //! stages say their buffers final there (`stage_context::gradients_ready`).
   double gradient_bucket_bytes = 0;
 
   friend bool operator==(const batch_options&, const batch_options&) = default;

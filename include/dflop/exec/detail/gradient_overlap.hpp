@@ -4,8 +4,9 @@
 //! gradient-producing op of the step, says a gradient buffer is final
 //! (`stage_context::gradients_ready`); the executor starts that buffer's
 //! data-parallel sum at once on a communicator that can (`starts_all_reduce`),
-//! so it runs while the stage computes the rest, and waits for it at the step's
-//! end. Buffers never said final are summed at the end as before, and so is
+//! so it runs while the stage computes the rest (an MPI sum moves on inside MPI
+//! calls: each later `gradients_ready` tests the sums started before), and
+//! waits for it at the step's end. Buffers never said final are summed at the end as before, and so is
 //! everything on a communicator that cannot start a sum without waiting.
 #pragma once
 
@@ -14,7 +15,8 @@
 #include <dflop/exec/gradient_buffer.hpp>
 #include <dflop/exec/stage.hpp>
 
-#include <algorithm>
+#include <cstddef>
+#include <string>
 #include <vector>
 
 namespace dflop::detail {
@@ -27,38 +29,70 @@ public:
   void begin_step(Communicator& group) {
     group_ = &group;
     started_.clear();
-    buffers_.clear();
+    said_.clear();
   }
 
-  //! Starts `buffer`'s sum now (when the communicator can), else leaves it to the step's end.
+  //! Starts `buffer`'s sum now (when the communicator can), else leaves it to
+  //! the step's end. Throws `dflop::error` for a buffer said final before (or
+  //! overlapping one that was), on every communicator alike.
   void ready(const gradient_buffer& buffer) override {
+    for (const said& earlier : said_)
+      if (overlaps(earlier.buffer, buffer))
+        throw error("gradients_ready: a gradient buffer was said final twice in one step (or overlaps one that was)");
     if constexpr (starts_all_reduce<Communicator>) {
-      if (started(buffer.data))
-        throw error("gradients_ready: a gradient buffer was said final twice in one step");
-      buffers_.push_back(buffer.data);
+      // Sums started earlier move on inside communicator calls (MPI progresses
+      // them so): testing them here lets them run while the stage computes.
+      for (auto& request : started_) (void)group_->test(request);
       started_.push_back(group_->all_reduce_sum_start(buffer, group_->resource()));
     }
+    said_.push_back({buffer, false});
   }
 
-  //! Whether the buffer at `data` has its sum started this step.
-  [[nodiscard]] bool started(const void* data) const noexcept {
-    return std::find(buffers_.begin(), buffers_.end(), data) != buffers_.end();
+  //! Whether `buffer` (one of a stage's `gradients()`) has its sum started this
+  //! step. Throws `dflop::error` when a buffer said final covers only part of
+  //! it: summing the rest would sum that part twice.
+  [[nodiscard]] bool started(const gradient_buffer& buffer) {
+    for (said& earlier : said_) {
+      if (earlier.buffer.data == buffer.data && earlier.buffer.count == buffer.count &&
+          earlier.buffer.type == buffer.type) {
+        earlier.matched = true;
+        return starts_all_reduce<Communicator>;
+      }
+      if (overlaps(earlier.buffer, buffer))
+        throw error("gradients_ready: a buffer said final covers part of a gradients() buffer; say final exactly "
+                    "the buffers gradients() returns (return one per bucket)");
+    }
+    return false;
   }
 
-  //! Sums started this step.
-  [[nodiscard]] std::size_t count() const noexcept { return started_.size(); }
-
-  //! Waits for every started sum.
+  //! Waits for every started sum. Throws `dflop::error` when a buffer said final
+  //! is none of the stage's `gradients()` (the sum was written into memory the
+  //! stage may not hold any more).
   void finish() {
     for (auto& request : started_) group_->wait(request, group_->resource());
+    for (const said& earlier : said_)
+      if (!earlier.matched)
+        throw error("gradients_ready: a buffer said final (" + std::to_string(earlier.buffer.count) +
+                    " elements) is none of the buffers the stage's gradients() returns");
     started_.clear();
-    buffers_.clear();
+    said_.clear();
   }
 
 private:
+  struct said {
+    gradient_buffer buffer;
+    bool matched = false;  // found among the stage's gradients() at the step's end
+  };
+
+  static bool overlaps(const gradient_buffer& a, const gradient_buffer& b) noexcept {
+    const auto* a_begin = static_cast<const std::byte*>(a.data);
+    const auto* b_begin = static_cast<const std::byte*>(b.data);
+    return a.bytes() > 0 && b.bytes() > 0 && a_begin < b_begin + b.bytes() && b_begin < a_begin + a.bytes();
+  }
+
   Communicator* group_ = nullptr;
   std::vector<typename Communicator::request> started_;
-  std::vector<const void*> buffers_;
+  std::vector<said> said_;
 };
 
 }  // namespace dflop::detail

@@ -47,12 +47,12 @@ void call_stage(int rank, Slot& slot, Context& ctx, bool run_weight_after_backwa
 }
 
 //! Sums the gradients of the stage `slot` holds over `group` (in member order),
-//! except the buffers `already_started(data)` says have their sum under way.
+//! except the buffers `already_started(buffer)` says have their sum under way.
 template <class Communicator, class Slot, class Started>
 void sum_gradients(Communicator& group, Slot& slot, Started&& already_started) {
   with_stage(slot, [&](auto& stage) {
     for_each_gradient(stage.gradients(), [&](const gradient_buffer& g) {
-      if (!already_started(g.data)) group.all_reduce_sum(g, group.resource());
+      if (!already_started(g)) group.all_reduce_sum(g, group.resource());
     });
   });
 }
