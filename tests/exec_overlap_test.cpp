@@ -3,6 +3,8 @@
 // step is marked as its last gradient-producing op; buffers a stage says final
 // there are summed over the replicas while the op still runs (seen from inside
 // it), give the same sums as the end-of-step reduction, and misuse is refused.
+#include "error_of.hpp"
+
 #include <dflop/exec/executor.hpp>
 #include <dflop/exec/inproc_communicator.hpp>
 #include <dflop/exec/sequential_reference.hpp>
@@ -178,53 +180,28 @@ TEST_CASE("gradients_ready outside the final op, twice for a buffer, for part of
       if (ctx.final_gradients) ctx.gradients_ready(gradient_buffer::of(std::span<double>(elsewhere)));
     }
   };
-  {
-    std::string message;
-    try {
+  // The message one step of a one-stage pipeline on two replicas of `stage` fails with.
+  const auto failure_of = [&]<class Stage>(Stage stage) {
+    return test::error_of<std::exception>([&] {
       run_inproc(2, [&](inproc_communicator& comm) {
-        executor<inproc_communicator, foreign_stage> run(comm, 1, std::vector<foreign_stage>(1), {.watchdog_seconds = 10});
+        executor<inproc_communicator, Stage> run(comm, 1, std::vector<Stage>(1, stage), {.watchdog_seconds = 10});
         (void)run.step(one_f_one_b{}.make({1, 2}), batch);
       });
-    } catch (const std::exception& e) {
-      message = e.what();
-    }
-    INFO(message);
-    CHECK(message.find("is none of the buffers the stage's gradients() returns") != std::string::npos);
-  }
+    });
+  };
+  CHECK_THAT(failure_of(foreign_stage{}), Catch::Contains("is none of the buffers the stage's gradients() returns"));
   struct partial_stage : bucket_stage<false> {
     void backward(stage_context& ctx) {
       // Part of a buffer gradients() returns whole: the end-of-step sum would add it twice.
       if (ctx.final_gradients) ctx.gradients_ready(gradient_buffer::of(std::span<double>(grads[0]).first(2)));
     }
   };
-  {
-    std::string message;
-    try {
-      run_inproc(2, [&](inproc_communicator& comm) {
-        executor<inproc_communicator, partial_stage> run(comm, 1, std::vector<partial_stage>(1), {.watchdog_seconds = 10});
-        (void)run.step(one_f_one_b{}.make({1, 2}), batch);
-      });
-    } catch (const std::exception& e) {
-      message = e.what();
-    }
-    INFO(message);
-    CHECK(message.find("covers part of a gradients() buffer") != std::string::npos);
-  }
+  CHECK_THAT(failure_of(partial_stage{}), Catch::Contains("covers part of a gradients() buffer"));
   for (const bool twice : {false, true}) {
-    std::string message;
-    try {
-      run_inproc(2, [&](inproc_communicator& comm) {
-        std::vector<early_stage> stages(1);
-        stages[0].stage = 0;
-        stages[0].twice = twice;
-        executor<inproc_communicator, early_stage> run(comm, 1, std::move(stages), {.watchdog_seconds = 10});
-        (void)run.step(one_f_one_b{}.make({1, 2}), batch);
-      });
-    } catch (const std::exception& e) {
-      message = e.what();
-    }
-    INFO(message);
-    CHECK(message.find(twice ? "said final twice" : "not the stage's last gradient-producing op") != std::string::npos);
+    early_stage stage;
+    stage.twice = twice;
+    CHECK_THAT(failure_of(stage),
+               Catch::Contains(twice ? "said final twice" : "not the stage's last gradient-producing op"));
   }
 }
 
