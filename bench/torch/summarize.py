@@ -2,7 +2,9 @@
 """Summarizes bench/torch/run.sh's output folder. Per method: median over the jobs
 of each job's median measured and predicted step, measured / predicted, and the
 fitted model's op prediction error (median |error| over every op of a job, against
-the op's CPU time and its wall time; median over the jobs). dflop's speedup over
+the op's CPU time and its wall time; median over the jobs), and the same for the
+calibrated model (the fitted one times per-module, per-pass factors learned from
+the earlier steps' ops; each op priced before its step ran), against CPU time. dflop's speedup over
 data_blind: per job the median over steps of the per-step ratio (both methods ran
 that batch one right after the other), median over the jobs; predicted likewise
 from the medians. The loss run: first and last loss."""
@@ -35,6 +37,10 @@ def main(folder):
             "op_error_wall": statistics.median(s["op_prediction"]["all"]["median_abs_error"] for s in summaries),
             "ops_per_job": summaries[0]["op_prediction"]["all"]["ops"],
             "op_error_cpu_per_job": [s["op_prediction_cpu"]["all"]["median_abs_error"] for s in summaries],
+            "op_error_cpu_calibrated": statistics.median(
+                s["op_prediction_cpu_calibrated"]["all"]["median_abs_error"] for s in summaries),
+            "op_error_cpu_calibrated_per_job": [s["op_prediction_cpu_calibrated"]["all"]["median_abs_error"]
+                                                for s in summaries],
             # per module and pass: median over the jobs of the signed and absolute medians
             "op_error_cpu_parts": {
                 part: {"signed": statistics.median(s["op_prediction_cpu"][part]["median_error"] for s in summaries),
@@ -57,19 +63,21 @@ def main(folder):
                          "op_error_cpu": s["op_prediction_cpu"]["all"]["median_abs_error"],
                          "op_error_wall": s["op_prediction"]["all"]["median_abs_error"]}
     print(json.dumps(table))
-    print("| method | configuration | measured step | predicted | measured / predicted | op error (CPU) | op error (wall) |",
-          file=sys.stderr)
-    print("|---|---|---:|---:|---:|---:|---:|", file=sys.stderr)
+    print("| method | configuration | measured step | predicted | measured / predicted | op error (CPU) | "
+          "op error (CPU, calibrated) | op error (wall) |", file=sys.stderr)
+    print("|---|---|---:|---:|---:|---:|---:|---:|", file=sys.stderr)
     for method in ("dflop", "data_blind"):
         if method in table:
             t = table[method]
             print(f"| {method} | {t['config']} | {t['measured_seconds']:.3f} s | {t['predicted_seconds']:.3f} s | "
-                  f"{t['measured_over_predicted']:.3f} | {100 * t['op_error_cpu']:.1f}% | {100 * t['op_error_wall']:.1f}% |",
+                  f"{t['measured_over_predicted']:.3f} | {100 * t['op_error_cpu']:.1f}% | "
+                  f"{100 * t['op_error_cpu_calibrated']:.1f}% | {100 * t['op_error_wall']:.1f}% |",
                   file=sys.stderr)
     for method in ("dflop", "data_blind"):
         if method in table:
             t = table[method]
             print(f"{method}: op error (CPU) per job " + ", ".join(f"{100 * x:.1f}%" for x in t["op_error_cpu_per_job"])
+                  + "; calibrated " + ", ".join(f"{100 * x:.1f}%" for x in t["op_error_cpu_calibrated_per_job"])
                   + "; per part signed / abs: " + ", ".join(
                       f"{part} {100 * v['signed']:+.1f}% / {100 * v['abs']:.1f}%" for part, v in t["op_error_cpu_parts"].items()),
                   file=sys.stderr)

@@ -120,6 +120,7 @@ nlohmann::json summary_of(const options& o, const trainer_inputs& inputs, const 
           {"last_loss", r.losses.empty() ? 0.0 : r.losses.back()},
           {"op_prediction", errors_of(r.op_errors)},
           {"op_prediction_cpu", errors_of(r.op_cpu_errors)},
+          {"op_prediction_cpu_calibrated", errors_of(r.op_cpu_calibrated_errors)},
           {"float64", o.run.model.float64}};
 }
 
@@ -167,7 +168,9 @@ bool report(const options& o, const trainer_inputs& inputs, const std::vector<ru
                 << summary["measured_over_predicted"].get<double>() << "); loss " << summary["first_loss"] << " -> "
                 << summary["last_loss"] << "; op prediction median |error| "
                 << summary["op_prediction"]["all"]["median_abs_error"] << " (wall), "
-                << summary["op_prediction_cpu"]["all"]["median_abs_error"] << " (CPU)" << std::endl;
+                << summary["op_prediction_cpu"]["all"]["median_abs_error"] << " (CPU), "
+                << summary["op_prediction_cpu_calibrated"]["all"]["median_abs_error"] << " (CPU, calibrated)"
+                << std::endl;
     }
     summaries.push_back(std::move(summary));
   }
@@ -315,6 +318,20 @@ int main(int argc, char** argv) {
   app.add_option("--watchdog", o.run.watchdog, "seconds without progress before every rank stops")->check(CLI::PositiveNumber);
   app.add_flag("--json", o.run.json, "one JSON object per step, then a summary");
   app.add_flag("--check", o.run.check, "compare every step's loss with the single-process run of the same batches (exit 1 if off)");
+  app.add_option("--calibration-weight", o.run.calibration_weight,
+                 "how fast the calibrated op prices follow the machine's speed: weight of the last step's "
+                 "median measured / fitted ratio, in (0, 1]")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            double weight = 0;
+            try {
+              weight = std::stod(text);
+            } catch (const std::exception&) {
+              return "not a number: " + text;
+            }
+            return weight > 0 && weight <= 1 ? "" : "must be in (0, 1], got " + text;
+          },
+          "in (0, 1]"));
   app.add_flag("--op-log", o.run.op_log, "print every op's measured and predicted time (stderr)");
   app.add_option("--tolerance", o.run.tolerance, "relative tolerance of --check (default 1e-5; 1e-12 with --float64)");
   app.add_flag("--float64", m.float64, "double precision");

@@ -18,6 +18,7 @@
 #include <dflop/pipeline.hpp>
 #include <dflop/plan/plan_file.hpp>
 #include <dflop/plan/world_layout.hpp>
+#include <dflop/runtime/calibrated_cost_model.hpp>
 #include <dflop/schedule/by_name.hpp>
 #include <dflop/workload/sampling.hpp>
 
@@ -57,7 +58,14 @@ struct trainer_options {
   bool check = false;                 //!< compare each step's loss with the single-process run
   double tolerance = 0;               //!< relative; 0: 1e-5 (float32) or 1e-12 (float64)
   bool op_log = false;                //!< every op's measured and predicted milliseconds on stderr
+  //! How fast the calibrated prices follow the machine (`calibration_options::weight`).
+  double calibration_weight = 0.5;
 };
+
+//! The fitted model times per-module, per-pass factors learned from the ops of
+//! the steps run so far (their CPU times): it follows the machine's speed, which
+//! moves after the profile was taken.
+using calibrated_costs = calibrated_cost_model<fitted_cost_model>;
 
 //! A CPU core as the planner's "GPU": memory enough for the small model, links
 //! of shared memory between processes (their time is small next to the ops).
@@ -153,13 +161,16 @@ struct run_report {
   std::array<std::vector<double>, 4> op_errors;
   //! The same against each op's CPU time on its thread.
   std::array<std::vector<double>, 4> op_cpu_errors;
+  //! The calibrated model's errors against CPU time, each op priced before its step ran.
+  std::array<std::vector<double>, 4> op_cpu_calibrated_errors;
 };
 
 //! Step `k` of method `i` on this rank (see `train_rank`): runs it, updates the
-//! weights, prices every op with the fitted model and, on rank 0, prints the step.
+//! weights, prices every op with the fitted and the calibrated model, teaches the
+//! calibrated model this step's ops and, on rank 0, prints the step.
 template <class Communicator, class Runner>
 void run_step(Communicator& world, Runner& run, const trainer_inputs& inputs, const trainer_options& options,
-              std::size_t k, std::size_t i, run_report& report) {
+              std::size_t k, std::size_t i, calibrated_costs& calibrated, run_report& report) {
   const auto& batch = inputs.batches[k];
   const auto& scheduled = inputs.scheduled[i][k];
   const std::string& method = options.methods[i];
@@ -169,42 +180,57 @@ void run_step(Communicator& world, Runner& run, const trainer_inputs& inputs, co
   const step_result result = run.step(scheduled, batch);
   run.stage().update();
 
-  // The fitted model's price of every op this rank ran, against its wall and
-  // CPU time; all ranks' errors reach rank 0 in one sum (each rank fills its own
-  // slots: a count, then per op whether it was a B and its two relative errors).
+  // Both models' prices of every op this rank ran, against its wall and CPU time;
+  // all ranks' figures reach every rank in one sum (each rank fills its own slots:
+  // a count, then per op whether it was a B, the fitted model's errors against
+  // wall and CPU time, the calibrated model's against CPU time, the fitted price
+  // and the CPU time), so every rank calibrates alike.
+  constexpr std::size_t per_op = 6;
   const std::size_t most = 2 * static_cast<std::size_t>(scheduled.config.microbatches) + 2;
-  const std::size_t slots = 1 + 3 * most;
-  std::vector<double> errors(slots * static_cast<std::size_t>(world.size()), 0.0);
-  double* my = errors.data() + slots * static_cast<std::size_t>(world.rank());
+  const std::size_t slots = 1 + per_op * most;
+  std::vector<double> figures(slots * static_cast<std::size_t>(world.size()), 0.0);
+  double* my = figures.data() + slots * static_cast<std::size_t>(world.rank());
   std::size_t used = 0;
   for (const op_record& op : run.stage().records()) {
     if (used == most || op.samples.empty() || !(op.seconds > 0) || !(op.cpu_seconds > 0)) continue;
     std::vector<sample> samples;
     for (auto index : op.samples) samples.push_back(batch[index]);
-    const pass_time price =
-        inputs.cost.estimate_time(mine.role.module, static_cast<int>(mine.tp_size), samples).stage(mine.slice);
+    const auto tp = static_cast<int>(mine.tp_size);
+    const pass_time price = inputs.cost.estimate_time(mine.role.module, tp, samples).stage(mine.slice);
+    const pass_time now = calibrated.estimate_time(mine.role.module, tp, samples).stage(mine.slice);
     const double predicted = op.forward ? price.forward : price.backward;
+    const double calibrated_price = op.forward ? now.forward : now.backward;
     if (options.op_log)
       std::cerr << method << " step " << k << " rank " << world.rank() << (op.forward ? " F " : " B ") << op.microbatch
                 << ": " << samples.size() << " samples, " << shape_of(mine.role.module, samples).tokens
                 << " tokens, measured " << op.seconds * 1e3 << " ms (CPU " << op.cpu_seconds * 1e3
-                << " ms), predicted " << predicted * 1e3 << " ms\n";
-    my[1 + 3 * used] = op.forward ? 0 : 1;
-    my[2 + 3 * used] = (predicted - op.seconds) / op.seconds;
-    my[3 + 3 * used] = (predicted - op.cpu_seconds) / op.cpu_seconds;
+                << " ms), predicted " << predicted * 1e3 << " ms (calibrated " << calibrated_price * 1e3 << " ms)\n";
+    double* slot = my + 1 + per_op * used;
+    slot[0] = op.forward ? 0 : 1;
+    slot[1] = (predicted - op.seconds) / op.seconds;
+    slot[2] = (predicted - op.cpu_seconds) / op.cpu_seconds;
+    slot[3] = (calibrated_price - op.cpu_seconds) / op.cpu_seconds;
+    slot[4] = predicted;
+    slot[5] = op.cpu_seconds;
     ++used;
   }
   my[0] = static_cast<double>(used);
-  world.all_reduce_sum(gradient_buffer::of(std::span<double>(errors)), world.resource());
+  world.all_reduce_sum(gradient_buffer::of(std::span<double>(figures)), world.resource());
   for (int r = 0; r < world.size(); ++r) {
-    const double* theirs = errors.data() + slots * static_cast<std::size_t>(r);
-    const std::size_t base = layout.role(r).encoder() ? 0 : 2;
+    const double* theirs = figures.data() + slots * static_cast<std::size_t>(r);
+    const module_kind kind = layout.role(r).encoder() ? module_kind::encoder : module_kind::llm;
+    const std::size_t base = kind == module_kind::encoder ? 0 : 2;
     for (std::size_t j = 0; j < static_cast<std::size_t>(theirs[0]); ++j) {
-      const auto which = base + static_cast<std::size_t>(theirs[1 + 3 * j]);
-      report.op_errors[which].push_back(theirs[2 + 3 * j]);
-      report.op_cpu_errors[which].push_back(theirs[3 + 3 * j]);
+      const double* slot = theirs + 1 + per_op * j;
+      const bool backward = slot[0] != 0;
+      const auto which = base + (backward ? 1 : 0);
+      report.op_errors[which].push_back(slot[1]);
+      report.op_cpu_errors[which].push_back(slot[2]);
+      report.op_cpu_calibrated_errors[which].push_back(slot[3]);
+      if (slot[4] > 0) calibrated.observe(kind, backward ? cost_pass::backward : cost_pass::forward, slot[4], slot[5]);
     }
   }
+  calibrated.end_round();
   report.losses.push_back(result.loss);
   report.measured.push_back(result.seconds);
   report.predicted.push_back(scheduled.predicted_seconds);
@@ -217,7 +243,12 @@ void run_step(Communicator& world, Runner& run, const trainer_inputs& inputs, co
                                 {"predicted_seconds", scheduled.predicted_seconds},
                                 {"samples", batch.size()},
                                 {"microbatches", scheduled.config.microbatches},
-                                {"ranks", world.size()}}
+                                {"ranks", world.size()},
+                                {"calibration",
+                                 {{"encoder_forward", calibrated.factor(module_kind::encoder, cost_pass::forward)},
+                                  {"encoder_backward", calibrated.factor(module_kind::encoder, cost_pass::backward)},
+                                  {"llm_forward", calibrated.factor(module_kind::llm, cost_pass::forward)},
+                                  {"llm_backward", calibrated.factor(module_kind::llm, cost_pass::backward)}}}}
                      .dump()
               << std::endl;
   } else {
@@ -240,10 +271,12 @@ std::vector<run_report> train_rank(Communicator& world, const trainer_inputs& in
         executor_options{.watchdog_seconds = options.watchdog}, parse_plan_method(method, "--method"),
         named_schedule(chosen.schedule)));
   std::vector<run_report> reports(methods);
+  // One calibration for every method: they share the machine whose speed it follows.
+  calibrated_costs calibrated(inputs.cost, {.weight = options.calibration_weight});
   for (std::size_t k = 0; k < inputs.batches.size(); ++k) {
     for (std::size_t turn = 0; turn < methods; ++turn) {
       const std::size_t i = (k + turn) % methods;
-      run_step(world, *runs[i], inputs, options, k, i, reports[i]);
+      run_step(world, *runs[i], inputs, options, k, i, calibrated, reports[i]);
     }
   }
   return reports;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <dflop/runtime/async_planner.hpp>
+#include <dflop/runtime/calibrated_cost_model.hpp>
 #include <dflop/runtime/drift_monitor.hpp>
 #include <dflop/runtime/online_cost_model.hpp>
 #include <dflop/runtime/profile_writer.hpp>

@@ -22,6 +22,12 @@
 //     whose medians and losses are its own steps', recomputed here; a
 //     comparison line whose per-step speedup is the median of SECOND's step over
 //     FIRST's on the same batch, recomputed here.
+//   calibrates SCALE STEPS PROFILE -- COMMAND...
+//     writes PROFILE with every time times SCALE (a profile of a machine SCALE
+//     times slower) and runs COMMAND --cost-profile SCALED: the fitted model's op
+//     error (CPU) is at least half of |SCALE - 1|; the calibrated model's is below
+//     0.5 and below a third of the fitted one's; every factor of every step line
+//     has moved from 1 toward 1 / SCALE.
 #include "../command_runner.hpp"
 #include "../run_lines.hpp"
 
@@ -30,6 +36,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -194,6 +201,52 @@ void interleaved(std::size_t steps, const std::string& first, const std::string&
        "speedup of the medians");
 }
 
+// PROFILE (module,tp,tokens,forward_ms,backward_ms) with both times times `scale`, as PATH.
+void write_scaled_profile(const std::string& profile, double scale, const std::string& path) {
+  std::ifstream in(profile);
+  if (!in) fail("cannot read " + profile);
+  std::ofstream out(path);
+  std::string line;
+  if (!std::getline(in, line) || line != "module,tp,tokens,forward_ms,backward_ms")
+    fail(profile + ": not a profile of this trainer (header " + line + ")");
+  out << line << "\n";
+  while (std::getline(in, line)) {
+    std::vector<std::string> fields;
+    std::istringstream cells(line);
+    for (std::string cell; std::getline(cells, cell, ',');) fields.push_back(cell);
+    if (fields.size() != 5) fail(profile + ": a line without 5 fields: " + line);
+    out << fields[0] << ',' << fields[1] << ',' << fields[2] << ',' << std::stod(fields[3]) * scale << ','
+        << std::stod(fields[4]) * scale << "\n";
+  }
+  if (!out) fail("cannot write " + path);
+}
+
+void calibrates(double scale, std::size_t steps, const std::string& profile, const command& cmd) {
+  const std::string scaled = profile + ".scaled.csv";
+  write_scaled_profile(profile, scale, scaled);
+  command run = cmd;
+  run.insert(run.end(), {"--cost-profile", scaled});
+  const all_lines lines = run_all(run);
+  if (lines.steps.size() != steps || lines.summaries.size() != 1)
+    fail("expected " + std::to_string(steps) + " step lines and a summary");
+  const nlohmann::json& summary = lines.summaries.front();
+  const double fitted = number(summary["op_prediction_cpu"]["all"], "median_abs_error");
+  const double calibrated = number(summary["op_prediction_cpu_calibrated"]["all"], "median_abs_error");
+  std::cerr << "op error (CPU): fitted from the scaled profile " << fitted << ", calibrated " << calibrated << "\n";
+  if (!(fitted >= 0.5 * std::abs(scale - 1))) fail("the scaled profile's prices are not off: the test shows nothing");
+  if (!(calibrated < 0.5 && calibrated < fitted / 3)) fail("the calibrated prices did not follow the measured ops");
+  for (const auto& step : lines.steps) {
+    if (!step.contains("calibration")) fail("a step line without its calibration factors: " + step.dump());
+    for (const auto& [part, factor] : step["calibration"].items()) {
+      const double f = factor.get<double>();
+      std::cerr << "step " << step["step"] << " " << part << " factor " << f << "\n";
+      if (!(f > 0 && std::abs(std::log(f * scale)) < std::abs(std::log(scale))))
+        fail("step " + step["step"].dump() + ": factor " + part + " = " + std::to_string(f) +
+             " did not move from 1 toward 1 / " + std::to_string(scale));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -207,6 +260,7 @@ int main(int argc, char** argv) {
     if (mode == "agrees" && split == 3) agrees(std::stod(args[1]), std::stoul(args[2]), cmd);
     else if (mode == "falls" && split == 3) falls(std::stoul(args[1]), std::stod(args[2]), cmd);
     else if (mode == "fails" && split == 3) fails(std::stoi(args[1]), args[2], cmd);
+    else if (mode == "calibrates" && split == 4) calibrates(std::stod(args[1]), std::stoul(args[2]), args[3], cmd);
     else if (mode == "interleaved" && split == 4) interleaved(std::stoul(args[1]), args[2], args[3], cmd);
     else fail("unknown mode or wrong arguments: " + mode);
     std::cerr << "ok\n";
