@@ -39,9 +39,14 @@ namespace detail {
 //! Plans as `dflop plan` does (tools/cli/command_plan.cpp), without progress output.
 inline plan make_plan(std::span<const sample> workload, const multimodal_spec& model, const cluster_spec& cluster,
                       int global_batch, int batches, std::uint64_t seed, const std::string& schedule,
-                      unsigned threads, bool exclude_unfittable) {
+                      unsigned threads, bool exclude_unfittable, double gradient_bucket_mb) {
+  if (!(gradient_bucket_mb >= 0) || !std::isfinite(gradient_bucket_mb))
+    throw input_error("gradient_bucket_mb", 0,
+                      "must be a finite number of MiB >= 0 (0: one all-reduce per stage after its last op), got " +
+                          std::to_string(gradient_bucket_mb));
   planner_options settings;
   settings.exclude_unfittable = exclude_unfittable;
+  settings.batch.gradient_bucket_bytes = gradient_bucket_mb * 1024.0 * 1024.0;
   settings.global_batch = global_batch;
   settings.batches = batches;
   settings.seed = seed;
@@ -240,19 +245,23 @@ inline void add_plan_bindings(py::module_& module) {
   module.def(
       "plan",
       [](py::handle workload, py::handle model, const cluster_spec& cluster, int global_batch, int batches,
-         std::uint64_t seed, const std::string& schedule, unsigned threads, bool exclude_unfittable) {
+         std::uint64_t seed, const std::string& schedule, unsigned threads, bool exclude_unfittable,
+         double gradient_bucket_mb) {
         sample_list storage;
         const sample_list& samples = as_samples(workload, storage, "workload");
         const multimodal_spec spec = detail::model_of(model);
         py::gil_scoped_release unlocked;
         return detail::make_plan(samples, spec, cluster, global_batch, batches, seed, schedule, threads,
-                                 exclude_unfittable);
+                                 exclude_unfittable, gradient_bucket_mb);
       },
       py::arg("workload"), py::arg("model"), py::arg("cluster"), py::kw_only(), py::arg("global_batch") = 512,
       py::arg("batches") = 4, py::arg("seed") = 0, py::arg("schedule") = "auto", py::arg("threads") = 0,
-      py::arg("exclude_unfittable") = false,
+      py::arg("exclude_unfittable") = false, py::arg("gradient_bucket_mb") = 0.0,
       "Chooses the 3D parallel configuration for a workload, model and cluster, as `dflop plan` does with the "
-      "same --global-batch, --batches, --seed and --schedule (the plan does not depend on `threads`; 0: all "
+      "same --global-batch, --batches, --seed, --schedule and --gradient-bucket-mb (gradient_bucket_mb > 0: "
+      "each stage's gradient all-reduce predicted in buckets of that many MiB, overlapped with its last "
+      "backward, as the executors run it for stages that call gradients_ready; 0: one all-reduce after the "
+      "last op) (the plan does not depend on `threads`; 0: all "
       "cores). workload: Samples, a trace path or a list of dicts; model: a preset 'ENCODER+LLM', a model JSON "
       "file or a Model. Raises InputError for bad input (also for samples no configuration holds in memory even "
       "alone, naming them; exclude_unfittable=True plans without them and lists them in Plan.excluded_samples, "

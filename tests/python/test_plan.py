@@ -35,6 +35,20 @@ def test_plan_of_a_trace_equals_the_cli(cli_json, small_trace, schedule):
         assert baseline.iteration_seconds == expected["baselines"][name]["iteration_seconds"]
 
 
+def test_gradient_buckets_plan_as_the_cli_does(cli_json, small_trace):
+    path, samples = small_trace
+    expected = cli_json("plan", "--workload", path, "--gpus", 16, "--global-batch", 64, "--batches", 2,
+                        "--gradient-bucket-mb", 25)
+    plan = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2,
+                      gradient_bucket_mb=25)
+    assert without_timings(plan.to_dict()) == without_timings(expected)
+    assert plan.to_dict()["batch"]["gradient_bucket_bytes"] == 25 * 1024 * 1024
+    unbucketed = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2)
+    assert "gradient_bucket_bytes" not in unbucketed.to_dict()["batch"]
+    with pytest.raises(dflop.InputError, match="gradient_bucket_mb: must be a finite number of MiB >= 0"):
+        dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, gradient_bucket_mb=-1)
+
+
 def test_saved_plan_is_the_cli_plan_file_and_reads_back(cli, small_trace, tmp_path):
     path, samples = small_trace
     cli("plan", "--workload", path, "--gpus", 16, "--global-batch", 64, "--batches", 2, "--save", tmp_path / "cli.json")
