@@ -5,6 +5,8 @@
 #include <dflop/sim/order.hpp>
 #include <dflop/util/random.hpp>
 
+#include "sim_test_support.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -122,44 +124,6 @@ TEST_CASE("order policies on a multimodal iteration permute whole slots", "[sim]
   CHECK(simulate(s, c, neh.order).makespan == Approx(neh.makespan));
 }
 
-namespace {
-
-// A random multimodal iteration: 1-2 encoder stages and replicas, 1-3 LLM stages
-// and replicas, weight passes, transfers, gradient syncs (half of them in
-// buckets) and sparse hand-offs.
-multimodal_costs random_multimodal(random_generator& random, std::uint32_t m) {
-  multimodal_costs c;
-  c.microbatches = m;
-  c.encoder.stages = static_cast<std::uint32_t>(random.between(1, 2));
-  c.encoder.replicas = static_cast<std::uint32_t>(random.between(1, 2));
-  c.llm.stages = static_cast<std::uint32_t>(random.between(1, 3));
-  c.llm.replicas = static_cast<std::uint32_t>(random.between(1, 3));
-  for (module_costs* module : {&c.encoder, &c.llm}) {
-    const std::size_t n = static_cast<std::size_t>(module->replicas) * m * module->stages;
-    for (std::size_t i = 0; i < n; ++i) {
-      const double f = random.lognormal(0, 0.8);
-      module->forward.push_back(f);
-      module->backward.push_back(f * random.uniform(0.8, 1.4));
-      module->weight.push_back(f * random.uniform(0.6, 1.0));
-      module->transfer.push_back(random.uniform(0, 0.1));
-    }
-    for (std::uint32_t s = 0; s < module->stages; ++s) module->gradient_bytes.push_back(random.uniform(0, 4e9));
-    module->gradient_link = dflop::link{random.uniform(1e9, 4e10), 1e-5};
-  }
-  // Half the instances reduce in buckets overlapped with the last backward.
-  if (random.between(0, 1) == 1) c.gradient_bucket_bytes = random.uniform(1e8, 2e9);
-  c.handoffs.assign(static_cast<std::size_t>(c.encoder.replicas) * m * c.llm.replicas, handoff{});
-  for (std::uint32_t k = 0; k < m; ++k)
-    for (std::uint32_t r = 0; r < c.llm.replicas; ++r) {
-      const auto e = static_cast<std::uint32_t>(random.between(0, static_cast<int>(c.encoder.replicas) - 1));
-      c.handoffs[c.handoff_at(e, k, r)] = {true, random.uniform(0, 0.2)};
-      c.handoffs[c.handoff_at(random.between(0, 1) == 0 ? e : 0, k, r)].feeds = true;
-    }
-  return c;
-}
-
-}  // namespace
-
 TEST_CASE("a multimodal makespan under a cutoff is exact below it and stops only at or above it", "[sim]") {
   random_generator random(21);
   multimodal_simulator bounded;
@@ -168,7 +132,7 @@ TEST_CASE("a multimodal makespan under a cutoff is exact below it and stops only
   int finished = 0;
   for (int trial = 0; trial < 60; ++trial) {
     const auto m = static_cast<std::uint32_t>(random.between(2, 9));
-    const multimodal_costs c = random_multimodal(random, m);
+    const multimodal_costs c = test::random_multimodal(random, m);
     const auto s = random.between(0, 1) == 0 ? one_f_one_b{}.make({c.positions(), m}) : zero_bubble_h1{}.make({c.positions(), m});
     std::vector<std::uint32_t> order = identity_order(m);
     for (int shuffle = 0; shuffle < 4; ++shuffle) {
@@ -198,7 +162,7 @@ TEST_CASE("the slot search finds the same order with and without stopping at its
   multimodal_simulator simulator;
   for (int trial = 0; trial < 25; ++trial) {
     const auto m = static_cast<std::uint32_t>(random.between(3, 10));
-    const multimodal_costs c = random_multimodal(random, m);
+    const multimodal_costs c = test::random_multimodal(random, m);
     const auto s = trial % 2 == 0 ? zero_bubble_h1{}.make({c.positions(), m}) : one_f_one_b{}.make({c.positions(), m});
     const auto searched = order_slots(order_policy::neh, s, c, simulator, 120);
     // The same search with every candidate simulated whole.

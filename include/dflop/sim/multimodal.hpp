@@ -161,6 +161,13 @@ struct multimodal_costs {
 
 //! Simulates multimodal iterations. Keep one per thread; after the first call of
 //! a given size it allocates nothing.
+//!
+//! Every replica of a position runs the same op list, and every edge between two
+//! ranks' ops joins the same two ops of the one-replica schedule. So one
+//! topological order of the schedule's own operations, taken once per `bind`,
+//! orders every rank's ops, and a simulation is one pass over the ops and their
+//! incoming edges: no per-run graph, no ready queue. An order search binds once
+//! and simulates each candidate slot order against the bound schedule and costs.
 class multimodal_simulator {
 public:
   //! Simulates one iteration. `schedule` is a one-chunk schedule over
@@ -170,23 +177,58 @@ public:
   //! hand-offs it uses. Result ranks follow `multimodal_costs::encoder_rank` /
   //! `llm_rank`; `gradient_sync` holds each rank's all-reduce. Throws
   //! `schedule_error` (bad or deadlocking schedule) or `dflop::error` (bad costs).
+  //! Binds `schedule` and `costs` (see `bind`).
   void simulate(const pipeline_schedule& schedule, const multimodal_costs& costs, simulation_result& result,
                 std::span<const std::uint32_t> order = {}) {
-    build(schedule, costs, order);
-    run(schedule, costs, std::numeric_limits<double>::infinity());
-    finish(schedule, costs, result);
+    bind(schedule, costs);
+    run(order, std::numeric_limits<double>::infinity());
+    finish(result);
   }
 
   //! The makespan `simulate(schedule, costs, order)` would give, or +infinity as
   //! soon as the simulation proves it is at least `cutoff` (the rest is then not
   //! simulated). For order searches, which only keep an order shorter than their
-  //! best so far: most candidates are not, and many show it early.
+  //! best so far: most candidates are not, and many show it early. Binds
+  //! `schedule` and `costs` (see `bind`).
   [[nodiscard]] double makespan_below(const pipeline_schedule& schedule, const multimodal_costs& costs,
                                       std::span<const std::uint32_t> order, double cutoff) {
-    build(schedule, costs, order);
-    if (!run(schedule, costs, cutoff)) return std::numeric_limits<double>::infinity();
-    finish(schedule, costs, scratch_);
-    return scratch_.makespan;
+    bind(schedule, costs);
+    return bound_makespan_below(order, cutoff);
+  }
+
+  //! Checks `schedule` and `costs` (throwing as `simulate` does) and prepares all
+  //! that does not depend on the slot order: op indices, the schedule's
+  //! topological order, the hand-off lists and the gradient reductions. Both must
+  //! stay alive and unchanged while bound, that is until the next `bind`,
+  //! `simulate` or `makespan_below`.
+  void bind(const pipeline_schedule& schedule, const multimodal_costs& costs) {
+    schedule_ = nullptr;
+    costs_ = nullptr;
+    check_shapes(schedule, costs);
+    index_operations(schedule, costs);
+    order_operations(schedule);
+    const std::uint32_t ranks = costs.ranks();
+    sizes_.clear();
+    for (std::uint32_t r = 0; r < ranks; ++r) sizes_.push_back(schedule.rank_ops[costs.position_of(r)].size());
+    graph_.reset(sizes_);
+    graph_.start.resize(graph_.ops());
+    graph_.end.resize(graph_.ops());
+    index_handoffs(costs);
+    model_syncs(schedule, costs);
+    schedule_ = &schedule;
+    costs_ = &costs;
+  }
+
+  //! `makespan_below(schedule, costs, order, cutoff)` for the bound schedule and
+  //! costs. Throws `dflop::error` when nothing is bound or `order` is malformed.
+  [[nodiscard]] double bound_makespan_below(std::span<const std::uint32_t> order, double cutoff) {
+    if (schedule_ == nullptr) throw error("multimodal_simulator: bound_makespan_below needs a bind() first");
+    if (!run(order, cutoff)) return std::numeric_limits<double>::infinity();
+    double makespan = 0;
+    for (std::size_t r = 0; r < graph_.ranks(); ++r)  // a rank's ends never decrease
+      if (graph_.rank_begin[r] < graph_.rank_begin[r + 1]) makespan = std::max(makespan, graph_.end[graph_.rank_begin[r + 1] - 1]);
+    for (std::uint32_t p = 0; p < costs_->positions(); ++p) makespan = std::max(makespan, reduction_of(p).end);
+    return makespan;
   }
 
   //! Convenience: simulates into a fresh result.
@@ -204,84 +246,81 @@ public:
 
 private:
   static constexpr double max_buckets = 1e6;
+  static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
   // A position's gradient reduction: `buckets` all-reduces of `bucket_seconds` each.
   struct sync_model {
     std::uint32_t buckets = 0;
     double bucket_seconds = 0;
   };
 
-  // The op graph of one iteration: nodes, durations and dependency edges.
-  void build(const pipeline_schedule& schedule, const multimodal_costs& costs, std::span<const std::uint32_t> order) {
-    check_shapes(schedule, costs, order);
-    const std::uint32_t m = costs.microbatches;
+  // Schedule operations ("position ops") are numbered position-major: position
+  // p's i-th op is `position_begin_[p] + i`. Each gets its dependencies as
+  // position ops; rank ops are numbered as in `graph_` (rank-major).
+  void index_operations(const pipeline_schedule& schedule, const multimodal_costs& costs) {
     const std::uint32_t positions = costs.positions();
-    const std::uint32_t encoder_stages = costs.encoder.stages;
-    constexpr auto none = std::numeric_limits<std::uint32_t>::max();
-
-    index_in_rank_.assign(3 * static_cast<std::size_t>(m) * positions, none);
-    for (std::uint32_t p = 0; p < positions; ++p)
+    index_in_rank_.assign(3 * static_cast<std::size_t>(costs.microbatches) * positions, none);
+    position_begin_.assign(1, 0);
+    position_of_op_.clear();
+    for (std::uint32_t p = 0; p < positions; ++p) {
       for (std::size_t i = 0; i < schedule.rank_ops[p].size(); ++i) {
         auto& slot = index_in_rank_[detail::op_slot(schedule, schedule.rank_ops[p][i])];
         if (slot != none) validate(schedule);
         slot = static_cast<std::uint32_t>(i);
+        position_of_op_.push_back(p);
       }
-    // Ranks in world_layout order (module, replica, stage): see multimodal_costs::layout.
-    const std::uint32_t ranks = costs.ranks();
-    sizes_.clear();
-    for (std::uint32_t r = 0; r < ranks; ++r) sizes_.push_back(schedule.rank_ops[costs.position_of(r)].size());
-    graph_.reset(sizes_);
-
-    const auto node_of = [&](const pipeline_op& op, std::uint32_t replica) {
-      return graph_.rank_begin[rank_of(costs, op.stage, replica)] + index_in_rank_[detail::op_slot(schedule, op)];
-    };
-
-    index_handoffs(costs);
-    std::uint32_t id = 0;
-    for (std::uint32_t rank = 0; rank < ranks; ++rank) {
-      const std::uint32_t p = costs.position_of(rank), q = costs.replica_of(rank);
-      const bool in_encoder = p < encoder_stages;
-      const module_costs& module = in_encoder ? costs.encoder : costs.llm;
-      const std::uint32_t local = in_encoder ? p : p - encoder_stages;
+      position_begin_.push_back(static_cast<std::uint32_t>(position_of_op_.size()));
+    }
+    need_begin_.assign(1, 0);
+    needs_.clear();
+    for (std::uint32_t p = 0; p < positions; ++p)
       for (const auto& op : schedule.rank_ops[p]) {
-        const std::uint32_t k = order.empty() ? op.microbatch : order[op.microbatch];
-        const std::size_t at = module.at(q, k, local, m);
-        const bool with_weight = !module.weight.empty();
-        switch (op.kind) {
-          case op_kind::forward: graph_.duration[id] = module.forward[at]; break;
-          case op_kind::backward:
-            graph_.duration[id] = module.backward[at] + (with_weight && !schedule.split_backward ? module.weight[at] : 0.0);
-            break;
-          case op_kind::weight: graph_.duration[id] = with_weight ? module.weight[at] : 0.0; break;
-        }
         for (const auto& need : dependencies(schedule, op)) {
-          if (index_in_rank_[detail::op_slot(schedule, need)] == none) validate(schedule);
-          const bool need_in_encoder = need.stage < encoder_stages;
-          if (need_in_encoder == in_encoder) {  // same module: same replica
-            double delay = 0;
-            if (need.stage != op.stage && !module.transfer.empty())
-              delay = module.transfer[module.at(q, k, std::min(need.stage, op.stage) - (in_encoder ? 0 : encoder_stages), m)];
-            graph_.add_predecessor(node_of(need, q), delay);
-          } else if (!in_encoder) {  // LLM first stage waits for the encoder replicas holding its samples
-            const std::size_t key = static_cast<std::size_t>(k) * costs.llm.replicas + q;
-            for (std::uint32_t j = fed_by_begin_[key]; j < fed_by_begin_[key + 1]; ++j) {
-              const feeding& link = links_[fed_by_[j]];
-              graph_.add_predecessor(node_of(need, link.encoder_replica), link.seconds);
-            }
-          } else {  // encoder last stage's backward waits for every LLM replica it fed
-            const std::size_t key = static_cast<std::size_t>(q) * m + k;
-            for (std::uint32_t j = feeds_begin_[key]; j < feeds_begin_[key + 1]; ++j)
-              graph_.add_predecessor(node_of(need, links_[j].llm_replica), links_[j].seconds);
-          }
+          const std::uint32_t index = index_in_rank_[detail::op_slot(schedule, need)];
+          if (index == none) validate(schedule);
+          needs_.push_back(position_begin_[need.stage] + index);
         }
-        graph_.finish_op();
-        ++id;
+        need_begin_.push_back(static_cast<std::uint32_t>(needs_.size()));
       }
+  }
+
+  // A topological order of the position ops over rank order and dependencies
+  // (Kahn's algorithm, first in first out). A cycle is a deadlock of the
+  // schedule itself, which `validate` reports.
+  void order_operations(const pipeline_schedule& schedule) {
+    const std::size_t n = position_of_op_.size();
+    waiting_.assign(n, 0);
+    next_begin_.assign(n + 1, 0);
+    for (std::size_t g = 0; g < n; ++g) {
+      const bool first_of_position = g == position_begin_[position_of_op_[g]];
+      waiting_[g] = need_begin_[g + 1] - need_begin_[g] + (first_of_position ? 0U : 1U);
+      for (std::uint32_t e = need_begin_[g]; e < need_begin_[g + 1]; ++e) ++next_begin_[needs_[e] + 1];
+    }
+    for (std::size_t g = 0; g < n; ++g) next_begin_[g + 1] += next_begin_[g];
+    nexts_.resize(needs_.size());
+    fill_at_.assign(next_begin_.begin(), next_begin_.end() - 1);
+    for (std::uint32_t g = 0; g < n; ++g)
+      for (std::uint32_t e = need_begin_[g]; e < need_begin_[g + 1]; ++e) nexts_[fill_at_[needs_[e]]++] = g;
+    topological_.clear();
+    for (std::uint32_t g = 0; g < n; ++g)
+      if (waiting_[g] == 0) topological_.push_back(g);
+    for (std::size_t at = 0; at < topological_.size(); ++at) {
+      const std::uint32_t g = topological_[at];
+      const bool last_of_position = g + 1 == position_begin_[position_of_op_[g] + 1];
+      if (!last_of_position && --waiting_[g + 1] == 0) topological_.push_back(g + 1);
+      for (std::uint32_t e = next_begin_[g]; e < next_begin_[g + 1]; ++e)
+        if (--waiting_[nexts_[e]] == 0) topological_.push_back(nexts_[e]);
+    }
+    if (topological_.size() != n) {
+      validate(schedule);
+      throw schedule_error("multimodal schedule '" + schedule.name + "': deadlock");
     }
   }
 
-  // Each position's gradient all-reduce, as every rank's tail; then the graph's
-  // times. False when the run stopped at `cutoff`; throws on a deadlock.
-  bool run(const pipeline_schedule& schedule, const multimodal_costs& costs, double cutoff) {
+  // Each position's gradient all-reduce, and what each rank surely adds after
+  // its last op: one bucket's reduction when that op produces gradients (the
+  // last bucket is final when it ends; the shipped schedules all end so), else
+  // nothing.
+  void model_syncs(const pipeline_schedule& schedule, const multimodal_costs& costs) {
     const std::uint32_t positions = costs.positions();
     position_sync_.resize(positions);
     for (std::uint32_t p = 0; p < positions; ++p) {
@@ -300,9 +339,6 @@ private:
       position_sync_[p].bucket_seconds =
           ring_allreduce_seconds(bytes / position_sync_[p].buckets, module.replicas, module.gradient_link);
     }
-    // What a rank surely adds after its last op: one bucket's reduction when
-    // that op produces gradients (the last bucket is final when it ends; the
-    // shipped schedules all end so), else nothing.
     const op_kind producer = schedule.split_backward ? op_kind::weight : op_kind::backward;
     rank_sync_.resize(costs.ranks());
     for (std::uint32_t r = 0; r < costs.ranks(); ++r) {
@@ -310,40 +346,103 @@ private:
       const bool ends_producing = !schedule.rank_ops[p].empty() && schedule.rank_ops[p].back().kind == producer;
       rank_sync_[r] = position_sync_[p].buckets <= 1 || ends_producing ? position_sync_[p].bucket_seconds : 0.0;
     }
-    const std::size_t ran = graph_.run(cutoff, rank_sync_);
-    if (graph_.reached_cutoff) return false;
-    if (ran != graph_.ops()) {
-      detail::throw_deadlock(graph_, "multimodal schedule '" + schedule.name + "'", [&](std::size_t r, std::size_t i) {
-        const auto& op = schedule.rank_ops[costs.position_of(static_cast<std::uint32_t>(r))][i];
-        return costs.rank_name(static_cast<std::uint32_t>(r)) + " " + to_string(op);
-      });
+  }
+
+  // The duration of every rank op under `order`.
+  void price_operations(std::span<const std::uint32_t> order) {
+    const pipeline_schedule& schedule = *schedule_;
+    const multimodal_costs& costs = *costs_;
+    const std::uint32_t m = costs.microbatches;
+    std::uint32_t id = 0;
+    for (std::uint32_t rank = 0; rank < costs.ranks(); ++rank) {
+      const std::uint32_t p = costs.position_of(rank), q = costs.replica_of(rank);
+      const bool in_encoder = p < costs.encoder.stages;
+      const module_costs& module = in_encoder ? costs.encoder : costs.llm;
+      const std::uint32_t local = in_encoder ? p : p - costs.encoder.stages;
+      const bool with_weight = !module.weight.empty();
+      for (const auto& op : schedule.rank_ops[p]) {
+        const std::uint32_t k = order.empty() ? op.microbatch : order[op.microbatch];
+        const std::size_t at = module.at(q, k, local, m);
+        switch (op.kind) {
+          case op_kind::forward: graph_.duration[id] = module.forward[at]; break;
+          case op_kind::backward:
+            graph_.duration[id] = module.backward[at] + (with_weight && !schedule.split_backward ? module.weight[at] : 0.0);
+            break;
+          case op_kind::weight: graph_.duration[id] = with_weight ? module.weight[at] : 0.0; break;
+        }
+        ++id;
+      }
+    }
+  }
+
+  // Start and end of every rank op under `order`, position ops in topological
+  // order, each over its replicas: an op starts when its rank's previous op and
+  // each dependency (plus its transfer) have ended; same-module dependencies are
+  // on the same replica, an LLM first stage's forward waits for the encoder
+  // replicas holding its samples, an encoder last stage's backward for every LLM
+  // replica it fed. False when it stopped because an op proved the makespan at
+  // least `cutoff` (its end, its rank's later ops and its sync tail).
+  bool run(std::span<const std::uint32_t> order, double cutoff) {
+    const multimodal_costs& costs = *costs_;
+    check_order(costs, order);
+    price_operations(order);
+    const bool bounded = cutoff < std::numeric_limits<double>::infinity();
+    if (bounded) graph_.tails_after_ops(rank_sync_);
+    const std::uint32_t m = costs.microbatches;
+    const std::uint32_t encoder_stages = costs.encoder.stages;
+    const auto& rank_begin = graph_.rank_begin;
+    auto& start = graph_.start;
+    auto& end = graph_.end;
+    for (const std::uint32_t g : topological_) {
+      const std::uint32_t p = position_of_op_[g];
+      const std::uint32_t i = g - position_begin_[p];
+      const pipeline_op& op = schedule_->rank_ops[p][i];
+      const bool in_encoder = p < encoder_stages;
+      const module_costs& module = in_encoder ? costs.encoder : costs.llm;
+      const std::uint32_t k = order.empty() ? op.microbatch : order[op.microbatch];
+      for (std::uint32_t q = 0; q < module.replicas; ++q) {
+        const std::uint32_t node = rank_begin[rank_of(costs, p, q)] + i;
+        double begin = i > 0 ? end[node - 1] : 0.0;
+        for (std::uint32_t e = need_begin_[g]; e < need_begin_[g + 1]; ++e) {
+          const std::uint32_t need = needs_[e];
+          const std::uint32_t from = position_of_op_[need];
+          const std::uint32_t index = need - position_begin_[from];
+          if ((from < encoder_stages) == in_encoder) {  // same module: same replica
+            double delay = 0;
+            if (from != p && !module.transfer.empty())
+              delay = module.transfer[module.at(q, k, std::min(from, p) - (in_encoder ? 0 : encoder_stages), m)];
+            begin = std::max(begin, end[rank_begin[rank_of(costs, from, q)] + index] + delay);
+          } else if (!in_encoder) {  // LLM first stage waits for the encoder replicas holding its samples
+            const std::size_t key = static_cast<std::size_t>(k) * costs.llm.replicas + q;
+            for (std::uint32_t j = fed_by_begin_[key]; j < fed_by_begin_[key + 1]; ++j) {
+              const feeding& link = links_[fed_by_[j]];
+              begin = std::max(begin, end[rank_begin[rank_of(costs, from, link.encoder_replica)] + index] + link.seconds);
+            }
+          } else {  // encoder last stage's backward waits for every LLM replica it fed
+            const std::size_t key = static_cast<std::size_t>(q) * m + k;
+            for (std::uint32_t j = feeds_begin_[key]; j < feeds_begin_[key + 1]; ++j)
+              begin = std::max(begin, end[rank_begin[rank_of(costs, from, links_[j].llm_replica)] + index] + links_[j].seconds);
+          }
+        }
+        start[node] = begin;
+        end[node] = begin + graph_.duration[node];
+        if (bounded && end[node] + graph_.still_to_come[node] >= cutoff) return false;
+      }
     }
     return true;
   }
 
   // The result of a finished run: op times, per-rank peaks, and each position's
-  // all-reduce, which starts when every replica of the position is done.
-  void finish(const pipeline_schedule& schedule, const multimodal_costs& costs, simulation_result& result) {
+  // all-reduce.
+  void finish(simulation_result& result) {
+    const multimodal_costs& costs = *costs_;
     detail::summarize(graph_, result);
-    peak_activations(schedule, position_peaks_);
+    peak_activations(*schedule_, position_peaks_);
     result.peak_activations.resize(result.ranks());
     result.gradient_sync.resize(result.ranks());
-    const op_kind producer = schedule.split_backward ? op_kind::weight : op_kind::backward;
     for (std::uint32_t p = 0; p < costs.positions(); ++p) {
+      const op_timing reduced = reduction_of(p);
       const std::uint32_t replicas = p < costs.encoder.stages ? costs.encoder.replicas : costs.llm.replicas;
-      const sync_model& sync = position_sync_[p];
-      op_timing reduced{};
-      if (sync.buckets <= 1) {  // one all-reduce once every replica is done
-        double ready = 0;
-        for (std::uint32_t q = 0; q < replicas; ++q) {
-          const std::uint32_t rank = rank_of(costs, p, q);
-          for (std::uint32_t i = graph_.rank_begin[rank]; i < graph_.rank_begin[rank + 1]; ++i)
-            ready = std::max(ready, graph_.end[i]);
-        }
-        reduced = {ready, ready + sync.bucket_seconds};
-      } else {
-        reduced = bucketed_sync(schedule, costs, p, replicas, producer, sync);
-      }
       for (std::uint32_t q = 0; q < replicas; ++q) {
         result.peak_activations[rank_of(costs, p, q)] = position_peaks_[p];
         result.gradient_sync[rank_of(costs, p, q)] = reduced;
@@ -351,6 +450,25 @@ private:
       result.makespan = std::max(result.makespan, reduced.end);
     }
     detail::finish_bubble(result);
+  }
+
+  // Position p's gradient all-reduce after a finished run: one all-reduce once
+  // every replica is done, or buckets (`bucketed_sync`).
+  [[nodiscard]] op_timing reduction_of(std::uint32_t p) const {
+    const multimodal_costs& costs = *costs_;
+    const std::uint32_t replicas = p < costs.encoder.stages ? costs.encoder.replicas : costs.llm.replicas;
+    const sync_model& sync = position_sync_[p];
+    if (sync.buckets > 1) {
+      const op_kind producer = schedule_->split_backward ? op_kind::weight : op_kind::backward;
+      return bucketed_sync(*schedule_, costs, p, replicas, producer, sync);
+    }
+    double ready = 0;
+    for (std::uint32_t q = 0; q < replicas; ++q) {
+      const std::uint32_t rank = rank_of(costs, p, q);
+      for (std::uint32_t i = graph_.rank_begin[rank]; i < graph_.rank_begin[rank + 1]; ++i)
+        ready = std::max(ready, graph_.end[i]);
+    }
+    return {ready, ready + sync.bucket_seconds};
   }
 
   // Bucket i of n is final on a replica at s + (i + 1) T / n, where [s, s + T)
@@ -393,8 +511,7 @@ private:
                                            : costs.llm_rank(position - costs.encoder.stages, replica);
   }
 
-  static void check_shapes(const pipeline_schedule& schedule, const multimodal_costs& costs,
-                           std::span<const std::uint32_t> order) {
+  static void check_shapes(const pipeline_schedule& schedule, const multimodal_costs& costs) {
     costs.check();
     if (schedule.ranks == 0 || schedule.rank_ops.size() != schedule.ranks) validate(schedule);
     if (schedule.chunks != 1) throw error("simulate: multimodal pipelines take one-chunk schedules (no interleaving)");
@@ -408,6 +525,9 @@ private:
     for (std::uint32_t p = 0; p < schedule.ranks; ++p)
       for (const auto& op : schedule.rank_ops[p])
         if (op.microbatch >= schedule.microbatches || op.stage != p) validate(schedule);
+  }
+
+  static void check_order(const multimodal_costs& costs, std::span<const std::uint32_t> order) {
     if (!order.empty() && order.size() != costs.microbatches)
       throw error("simulate: the slot order has " + std::to_string(order.size()) + " entries, expected " +
                   std::to_string(costs.microbatches));
@@ -455,15 +575,22 @@ private:
           fed_by_[fill_at_[static_cast<std::size_t>(k) * costs.llm.replicas + links_[j].llm_replica]++] = j;
   }
 
-  detail::op_graph graph_;
+  // Bound by `bind`: the schedule and costs, and what follows from them alone.
+  const pipeline_schedule* schedule_ = nullptr;
+  const multimodal_costs* costs_ = nullptr;
+  std::vector<std::uint32_t> position_begin_, position_of_op_;  // position ops
+  std::vector<std::uint32_t> need_begin_, needs_;               // their dependencies
+  std::vector<std::uint32_t> topological_;                       // their order
+  std::vector<std::uint32_t> next_begin_, nexts_, waiting_;      // Kahn's workspace
   std::vector<feeding> links_;
   std::vector<std::uint32_t> feeds_begin_, fed_by_begin_, fed_by_, fill_at_;
   std::vector<std::size_t> sizes_;
   std::vector<std::uint32_t> index_in_rank_;
-  std::vector<std::uint32_t> position_peaks_;
   std::vector<sync_model> position_sync_;
   std::vector<double> rank_sync_;
-  simulation_result scratch_;
+  // Per run: rank op durations and times (only its rank and time arrays are used).
+  detail::op_graph graph_;
+  std::vector<std::uint32_t> position_peaks_;
 };
 
 //! Simulates one multimodal iteration (see `multimodal_simulator::simulate`).

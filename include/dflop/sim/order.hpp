@@ -209,10 +209,11 @@ order_search_result order_with(order_policy policy, const std::vector<double>& f
   std::vector<double> encoder;
   std::vector<double> llm;
   group_times(costs, encoder, llm);
+  simulator.bind(schedule, costs);  // once: every candidate shares the schedule and costs
   return detail::order_with(
       policy, encoder, llm,
       [&](const std::vector<std::uint32_t>& order, double cutoff) {
-        return simulator.makespan_below(schedule, costs, order, cutoff);
+        return simulator.bound_makespan_below(order, cutoff);
       },
       budget);
 }
