@@ -168,6 +168,9 @@ struct multimodal_costs {
 //! orders every rank's ops, and a simulation is one pass over the ops and their
 //! incoming edges: no per-run graph, no ready queue. An order search binds once
 //! and simulates each candidate slot order against the bound schedule and costs.
+//! Inside a run the replicas of one schedule operation sit side by side in
+//! memory, since the walk visits them together; `simulate` lays its result out
+//! by rank.
 class multimodal_simulator {
 public:
   //! Simulates one iteration. `schedule` is a one-chunk schedule over
@@ -207,12 +210,7 @@ public:
     check_shapes(schedule, costs);
     index_operations(schedule, costs);
     order_operations(schedule);
-    const std::uint32_t ranks = costs.ranks();
-    sizes_.clear();
-    for (std::uint32_t r = 0; r < ranks; ++r) sizes_.push_back(schedule.rank_ops[costs.position_of(r)].size());
-    graph_.reset(sizes_);
-    graph_.start.resize(graph_.ops());
-    graph_.end.resize(graph_.ops());
+    lay_out_replicas(costs);
     index_handoffs(costs);
     model_syncs(schedule, costs);
     schedule_ = &schedule;
@@ -225,9 +223,12 @@ public:
     if (schedule_ == nullptr) throw error("multimodal_simulator: bound_makespan_below needs a bind() first");
     if (!run(order, cutoff)) return std::numeric_limits<double>::infinity();
     double makespan = 0;
-    for (std::size_t r = 0; r < graph_.ranks(); ++r)  // a rank's ends never decrease
-      if (graph_.rank_begin[r] < graph_.rank_begin[r + 1]) makespan = std::max(makespan, graph_.end[graph_.rank_begin[r + 1] - 1]);
-    for (std::uint32_t p = 0; p < costs_->positions(); ++p) makespan = std::max(makespan, reduction_of(p).end);
+    for (std::uint32_t p = 0; p < costs_->positions(); ++p) {
+      if (position_begin_[p] < position_begin_[p + 1])  // a rank's ends never decrease
+        for (std::uint32_t q = 0, last = replica_base_[position_begin_[p + 1] - 1]; q < replicas_of(p); ++q)
+          makespan = std::max(makespan, end_[last + q]);
+      makespan = std::max(makespan, reduction_of(p).end);
+    }
     return makespan;
   }
 
@@ -272,15 +273,36 @@ private:
     }
     need_begin_.assign(1, 0);
     needs_.clear();
+    const std::uint32_t encoder_stages = costs.encoder.stages;
     for (std::uint32_t p = 0; p < positions; ++p)
       for (const auto& op : schedule.rank_ops[p]) {
         for (const auto& need : dependencies(schedule, op)) {
           const std::uint32_t index = index_in_rank_[detail::op_slot(schedule, need)];
           if (index == none) validate(schedule);
-          needs_.push_back(position_begin_[need.stage] + index);
+          const bool same_module = (need.stage < encoder_stages) == (p < encoder_stages);
+          const need_kind kind = !same_module             ? (p < encoder_stages ? need_kind::fed_llm_replicas
+                                                                                : need_kind::feeding_encoder_replicas)
+                                 : need.stage != op.stage ? need_kind::same_replica_after_transfer
+                                                          : need_kind::same_replica;
+          needs_.push_back({position_begin_[need.stage] + index, kind});
         }
         need_begin_.push_back(static_cast<std::uint32_t>(needs_.size()));
       }
+  }
+
+  // Where each position op's replicas sit in the run's arrays: replica q of
+  // position op g at `replica_base_[g] + q`.
+  void lay_out_replicas(const multimodal_costs& costs) {
+    const std::size_t n = position_of_op_.size();
+    replica_base_.resize(n + 1);
+    replica_base_[0] = 0;
+    for (std::size_t g = 0; g < n; ++g) replica_base_[g + 1] = replica_base_[g] + replicas_of(costs, position_of_op_[g]);
+    const std::size_t nodes = replica_base_[n];
+    duration_.resize(nodes);
+    delay_.resize(nodes);
+    start_.resize(nodes);
+    end_.resize(nodes);
+    still_to_come_.resize(nodes);
   }
 
   // A topological order of the position ops over rank order and dependencies
@@ -293,13 +315,13 @@ private:
     for (std::size_t g = 0; g < n; ++g) {
       const bool first_of_position = g == position_begin_[position_of_op_[g]];
       waiting_[g] = need_begin_[g + 1] - need_begin_[g] + (first_of_position ? 0U : 1U);
-      for (std::uint32_t e = need_begin_[g]; e < need_begin_[g + 1]; ++e) ++next_begin_[needs_[e] + 1];
+      for (std::uint32_t e = need_begin_[g]; e < need_begin_[g + 1]; ++e) ++next_begin_[needs_[e].op + 1];
     }
     for (std::size_t g = 0; g < n; ++g) next_begin_[g + 1] += next_begin_[g];
     nexts_.resize(needs_.size());
     fill_at_.assign(next_begin_.begin(), next_begin_.end() - 1);
     for (std::uint32_t g = 0; g < n; ++g)
-      for (std::uint32_t e = need_begin_[g]; e < need_begin_[g + 1]; ++e) nexts_[fill_at_[needs_[e]]++] = g;
+      for (std::uint32_t e = need_begin_[g]; e < need_begin_[g + 1]; ++e) nexts_[fill_at_[needs_[e].op]++] = g;
     topological_.clear();
     for (std::uint32_t g = 0; g < n; ++g)
       if (waiting_[g] == 0) topological_.push_back(g);
@@ -348,34 +370,52 @@ private:
     }
   }
 
-  // The duration of every rank op under `order`.
-  void price_operations(std::span<const std::uint32_t> order) {
+  // Under `order`: every op's duration, the transfer before it from its
+  // neighbour stage on the same replica (if it waits for one), and, for bounded
+  // runs, its rank's later ops plus its sync tail.
+  void price_operations(std::span<const std::uint32_t> order, bool bounded) {
     const pipeline_schedule& schedule = *schedule_;
     const multimodal_costs& costs = *costs_;
     const std::uint32_t m = costs.microbatches;
-    std::uint32_t id = 0;
-    for (std::uint32_t rank = 0; rank < costs.ranks(); ++rank) {
-      const std::uint32_t p = costs.position_of(rank), q = costs.replica_of(rank);
+    for (std::uint32_t p = 0; p < costs.positions(); ++p) {
       const bool in_encoder = p < costs.encoder.stages;
       const module_costs& module = in_encoder ? costs.encoder : costs.llm;
       const std::uint32_t local = in_encoder ? p : p - costs.encoder.stages;
       const bool with_weight = !module.weight.empty();
-      for (const auto& op : schedule.rank_ops[p]) {
-        const std::uint32_t k = order.empty() ? op.microbatch : order[op.microbatch];
-        const std::size_t at = module.at(q, k, local, m);
-        switch (op.kind) {
-          case op_kind::forward: graph_.duration[id] = module.forward[at]; break;
-          case op_kind::backward:
-            graph_.duration[id] = module.backward[at] + (with_weight && !schedule.split_backward ? module.weight[at] : 0.0);
-            break;
-          case op_kind::weight: graph_.duration[id] = with_weight ? module.weight[at] : 0.0; break;
+      const bool with_transfer = !module.transfer.empty();
+      const auto& ops = schedule.rank_ops[p];
+      for (std::uint32_t q = 0; q < module.replicas; ++q) {
+        for (std::size_t i = 0; i < ops.size(); ++i) {
+          const pipeline_op& op = ops[i];
+          const std::uint32_t node = replica_base_[position_begin_[p] + i] + q;
+          const std::uint32_t k = order.empty() ? op.microbatch : order[op.microbatch];
+          const std::size_t at = module.at(q, k, local, m);
+          double transfer = 0;  // F(s) waits for F(s-1)'s output, B(s) for B(s+1)'s gradient
+          switch (op.kind) {
+            case op_kind::forward:
+              duration_[node] = module.forward[at];
+              if (with_transfer && local > 0) transfer = module.transfer[at - 1];
+              break;
+            case op_kind::backward:
+              duration_[node] = module.backward[at] + (with_weight && !schedule.split_backward ? module.weight[at] : 0.0);
+              if (with_transfer && local + 1 < module.stages) transfer = module.transfer[at];
+              break;
+            case op_kind::weight: duration_[node] = with_weight ? module.weight[at] : 0.0; break;
+          }
+          delay_[node] = transfer;
         }
-        ++id;
+        if (!bounded) continue;
+        double after = rank_sync_[rank_of(costs, p, q)];
+        for (std::size_t i = ops.size(); i-- > 0;) {
+          const std::uint32_t node = replica_base_[position_begin_[p] + i] + q;
+          still_to_come_[node] = after;
+          after += duration_[node];
+        }
       }
     }
   }
 
-  // Start and end of every rank op under `order`, position ops in topological
+  // Start and end of every op under `order`, position ops in topological
   // order, each over its replicas: an op starts when its rank's previous op and
   // each dependency (plus its transfer) have ended; same-module dependencies are
   // on the same replica, an LLM first stage's forward waits for the encoder
@@ -385,48 +425,43 @@ private:
   bool run(std::span<const std::uint32_t> order, double cutoff) {
     const multimodal_costs& costs = *costs_;
     check_order(costs, order);
-    price_operations(order);
     const bool bounded = cutoff < std::numeric_limits<double>::infinity();
-    if (bounded) graph_.tails_after_ops(rank_sync_);
+    price_operations(order, bounded);
     const std::uint32_t m = costs.microbatches;
-    const std::uint32_t encoder_stages = costs.encoder.stages;
-    const auto& rank_begin = graph_.rank_begin;
-    auto& start = graph_.start;
-    auto& end = graph_.end;
+    const std::uint32_t llm_replicas = costs.llm.replicas;
     for (const std::uint32_t g : topological_) {
       const std::uint32_t p = position_of_op_[g];
-      const std::uint32_t i = g - position_begin_[p];
-      const pipeline_op& op = schedule_->rank_ops[p][i];
-      const bool in_encoder = p < encoder_stages;
-      const module_costs& module = in_encoder ? costs.encoder : costs.llm;
+      const bool first_of_rank = g == position_begin_[p];
+      const std::uint32_t base = replica_base_[g];
+      const std::uint32_t previous = first_of_rank ? 0 : replica_base_[g - 1];
+      const std::uint32_t replicas = replica_base_[g + 1] - base;
+      const pipeline_op& op = schedule_->rank_ops[p][g - position_begin_[p]];
       const std::uint32_t k = order.empty() ? op.microbatch : order[op.microbatch];
-      for (std::uint32_t q = 0; q < module.replicas; ++q) {
-        const std::uint32_t node = rank_begin[rank_of(costs, p, q)] + i;
-        double begin = i > 0 ? end[node - 1] : 0.0;
+      for (std::uint32_t q = 0; q < replicas; ++q) {
+        const std::uint32_t node = base + q;
+        double begin = first_of_rank ? 0.0 : end_[previous + q];
         for (std::uint32_t e = need_begin_[g]; e < need_begin_[g + 1]; ++e) {
-          const std::uint32_t need = needs_[e];
-          const std::uint32_t from = position_of_op_[need];
-          const std::uint32_t index = need - position_begin_[from];
-          if ((from < encoder_stages) == in_encoder) {  // same module: same replica
-            double delay = 0;
-            if (from != p && !module.transfer.empty())
-              delay = module.transfer[module.at(q, k, std::min(from, p) - (in_encoder ? 0 : encoder_stages), m)];
-            begin = std::max(begin, end[rank_begin[rank_of(costs, from, q)] + index] + delay);
-          } else if (!in_encoder) {  // LLM first stage waits for the encoder replicas holding its samples
-            const std::size_t key = static_cast<std::size_t>(k) * costs.llm.replicas + q;
-            for (std::uint32_t j = fed_by_begin_[key]; j < fed_by_begin_[key + 1]; ++j) {
-              const feeding& link = links_[fed_by_[j]];
-              begin = std::max(begin, end[rank_begin[rank_of(costs, from, link.encoder_replica)] + index] + link.seconds);
+          const std::uint32_t from = replica_base_[needs_[e].op];
+          switch (needs_[e].kind) {
+            case need_kind::same_replica: begin = std::max(begin, end_[from + q]); break;
+            case need_kind::same_replica_after_transfer: begin = std::max(begin, end_[from + q] + delay_[node]); break;
+            case need_kind::feeding_encoder_replicas: {  // the encoder replicas holding this microbatch's samples
+              const std::size_t key = static_cast<std::size_t>(k) * llm_replicas + q;
+              for (std::uint32_t j = fed_by_begin_[key]; j < fed_by_begin_[key + 1]; ++j)
+                begin = std::max(begin, end_[from + fed_by_[j].encoder_replica] + fed_by_[j].seconds);
+              break;
             }
-          } else {  // encoder last stage's backward waits for every LLM replica it fed
-            const std::size_t key = static_cast<std::size_t>(q) * m + k;
-            for (std::uint32_t j = feeds_begin_[key]; j < feeds_begin_[key + 1]; ++j)
-              begin = std::max(begin, end[rank_begin[rank_of(costs, from, links_[j].llm_replica)] + index] + links_[j].seconds);
+            case need_kind::fed_llm_replicas: {  // every LLM replica this encoder part fed
+              const std::size_t key = static_cast<std::size_t>(q) * m + k;
+              for (std::uint32_t j = feeds_begin_[key]; j < feeds_begin_[key + 1]; ++j)
+                begin = std::max(begin, end_[from + links_[j].llm_replica] + links_[j].seconds);
+              break;
+            }
           }
         }
-        start[node] = begin;
-        end[node] = begin + graph_.duration[node];
-        if (bounded && end[node] + graph_.still_to_come[node] >= cutoff) return false;
+        start_[node] = begin;
+        end_[node] = begin + duration_[node];
+        if (bounded && end_[node] + still_to_come_[node] >= cutoff) return false;
       }
     }
     return true;
@@ -436,6 +471,21 @@ private:
   // all-reduce.
   void finish(simulation_result& result) {
     const multimodal_costs& costs = *costs_;
+    const std::uint32_t ranks = costs.ranks();
+    sizes_.clear();
+    for (std::uint32_t r = 0; r < ranks; ++r) sizes_.push_back(schedule_->rank_ops[costs.position_of(r)].size());
+    graph_.reset(sizes_);
+    graph_.start.resize(graph_.ops());
+    graph_.end.resize(graph_.ops());
+    for (std::uint32_t r = 0; r < ranks; ++r) {
+      const std::uint32_t p = costs.position_of(r), q = costs.replica_of(r);
+      for (std::uint32_t i = 0, id = graph_.rank_begin[r]; id < graph_.rank_begin[r + 1]; ++i, ++id) {
+        const std::uint32_t node = replica_base_[position_begin_[p] + i] + q;
+        graph_.duration[id] = duration_[node];
+        graph_.start[id] = start_[node];
+        graph_.end[id] = end_[node];
+      }
+    }
     detail::summarize(graph_, result);
     peak_activations(*schedule_, position_peaks_);
     result.peak_activations.resize(result.ranks());
@@ -460,22 +510,19 @@ private:
     const sync_model& sync = position_sync_[p];
     if (sync.buckets > 1) {
       const op_kind producer = schedule_->split_backward ? op_kind::weight : op_kind::backward;
-      return bucketed_sync(*schedule_, costs, p, replicas, producer, sync);
+      return bucketed_sync(*schedule_, p, replicas, producer, sync);
     }
     double ready = 0;
-    for (std::uint32_t q = 0; q < replicas; ++q) {
-      const std::uint32_t rank = rank_of(costs, p, q);
-      for (std::uint32_t i = graph_.rank_begin[rank]; i < graph_.rank_begin[rank + 1]; ++i)
-        ready = std::max(ready, graph_.end[i]);
-    }
+    for (std::uint32_t g = position_begin_[p]; g < position_begin_[p + 1]; ++g)
+      for (std::uint32_t q = 0; q < replicas; ++q) ready = std::max(ready, end_[replica_base_[g] + q]);
     return {ready, ready + sync.bucket_seconds};
   }
 
   // Bucket i of n is final on a replica at s + (i + 1) T / n, where [s, s + T)
   // is the replica's last `producer` op; its reduction starts when every
   // replica has it and bucket i - 1 is reduced. Returns [first start, last end].
-  op_timing bucketed_sync(const pipeline_schedule& schedule, const multimodal_costs& costs, std::uint32_t p,
-                          std::uint32_t replicas, op_kind producer, const sync_model& sync) const {
+  op_timing bucketed_sync(const pipeline_schedule& schedule, std::uint32_t p, std::uint32_t replicas, op_kind producer,
+                          const sync_model& sync) const {
     const auto& ops = schedule.rank_ops[p];
     std::size_t last = ops.size();
     for (std::size_t i = ops.size(); i-- > 0;)
@@ -488,15 +535,13 @@ private:
     for (std::uint32_t b = 0; b < sync.buckets; ++b) {
       double ready = 0;
       for (std::uint32_t q = 0; q < replicas; ++q) {
-        const std::uint32_t rank = rank_of(costs, p, q);
         if (last == ops.size()) {  // no such op (cannot happen for a valid schedule): after the rank's end
-          ready = std::max(ready, graph_.end[graph_.rank_begin[rank + 1] - 1]);
+          ready = std::max(ready, end_[replica_base_[position_begin_[p + 1] - 1] + q]);
           continue;
         }
-        const std::uint32_t op = graph_.rank_begin[rank] + static_cast<std::uint32_t>(last);
+        const std::uint32_t op = replica_base_[position_begin_[p] + last] + q;
         const double fraction = static_cast<double>(b + 1) / sync.buckets;
-        ready = std::max(ready, b + 1 == sync.buckets ? graph_.end[op]
-                                                      : graph_.start[op] + fraction * (graph_.end[op] - graph_.start[op]));
+        ready = std::max(ready, b + 1 == sync.buckets ? end_[op] : start_[op] + fraction * (end_[op] - start_[op]));
       }
       const double start = std::max(ready, done);
       if (b == 0) first_start = start;
@@ -504,6 +549,12 @@ private:
     }
     return {first_start, done};
   }
+
+  // Data-parallel replicas of pipeline position `position`.
+  static std::uint32_t replicas_of(const multimodal_costs& costs, std::uint32_t position) noexcept {
+    return position < costs.encoder.stages ? costs.encoder.replicas : costs.llm.replicas;
+  }
+  [[nodiscard]] std::uint32_t replicas_of(std::uint32_t position) const noexcept { return replicas_of(*costs_, position); }
 
   // Result rank of pipeline position `position`, replica `replica`.
   static std::uint32_t rank_of(const multimodal_costs& costs, std::uint32_t position, std::uint32_t replica) noexcept {
@@ -544,7 +595,7 @@ private:
 
   // The hand-offs that carry data, as lists: `links_` in (encoder replica, slot,
   // LLM replica) order with `feeds_begin_[e * m + k]` where (e, k)'s start, and
-  // `fed_by_` (indices into `links_`, encoder replicas ascending) with
+  // `fed_by_` (the same links, encoder replicas ascending) with
   // `fed_by_begin_[k * llm replicas + r]`. The table is dense but an LLM
   // microbatch holds samples of few encoder replicas: one pass over it replaces a
   // scan of every replica per op. Predecessors are added in the scan's order.
@@ -572,23 +623,39 @@ private:
     for (std::uint32_t e = 0, j = 0; e < costs.encoder.replicas; ++e)
       for (std::uint32_t k = 0; k < m; ++k)
         for (const std::uint32_t end = feeds_begin_[static_cast<std::size_t>(e) * m + k + 1]; j < end; ++j)
-          fed_by_[fill_at_[static_cast<std::size_t>(k) * costs.llm.replicas + links_[j].llm_replica]++] = j;
+          fed_by_[fill_at_[static_cast<std::size_t>(k) * costs.llm.replicas + links_[j].llm_replica]++] = links_[j];
   }
 
   // Bound by `bind`: the schedule and costs, and what follows from them alone.
   const pipeline_schedule* schedule_ = nullptr;
   const multimodal_costs* costs_ = nullptr;
+  // How a position op waits for one of its dependencies.
+  enum class need_kind : std::uint8_t {
+    same_replica,                 // on the same replica, same stage
+    same_replica_after_transfer,  // on the same replica, a neighbour stage's output
+    feeding_encoder_replicas,     // an LLM first stage waits for the encoder replicas feeding it
+    fed_llm_replicas,             // an encoder last stage waits for the LLM replicas it fed
+  };
+  struct position_need {
+    std::uint32_t op = 0;  // the position op needed
+    need_kind kind = need_kind::same_replica;
+  };
   std::vector<std::uint32_t> position_begin_, position_of_op_;  // position ops
-  std::vector<std::uint32_t> need_begin_, needs_;               // their dependencies
+  std::vector<std::uint32_t> need_begin_;                       // their dependencies
+  std::vector<position_need> needs_;
+  std::vector<std::uint32_t> replica_base_;                     // their replicas in the run's arrays
   std::vector<std::uint32_t> topological_;                       // their order
   std::vector<std::uint32_t> next_begin_, nexts_, waiting_;      // Kahn's workspace
   std::vector<feeding> links_;
-  std::vector<std::uint32_t> feeds_begin_, fed_by_begin_, fed_by_, fill_at_;
+  std::vector<feeding> fed_by_;
+  std::vector<std::uint32_t> feeds_begin_, fed_by_begin_, fill_at_;
   std::vector<std::size_t> sizes_;
   std::vector<std::uint32_t> index_in_rank_;
   std::vector<sync_model> position_sync_;
   std::vector<double> rank_sync_;
-  // Per run: rank op durations and times (only its rank and time arrays are used).
+  // Per run, replica-minor (see `lay_out_replicas`).
+  std::vector<double> duration_, delay_, start_, end_, still_to_come_;
+  // A finished run by rank, for `detail::summarize` (rank and time arrays only).
   detail::op_graph graph_;
   std::vector<std::uint32_t> position_peaks_;
 };
