@@ -8,6 +8,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,23 @@ void simulate_multimodal(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(result.timings.size()), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(simulate_multimodal)->Arg(16)->Arg(64)->Unit(benchmark::kMicrosecond);
+
+// What an order search pays per candidate: the schedule and costs bound once,
+// then one whole run per slot order (here the reversed order, no cutoff).
+void simulate_multimodal_bound(benchmark::State& state) {
+  const auto m = static_cast<std::uint32_t>(state.range(0));
+  const auto costs = multimodal_case(3, m);
+  const auto schedule = dflop::one_f_one_b{}.make({costs.positions(), m});
+  std::vector<std::uint32_t> order(m);
+  for (std::uint32_t j = 0; j < m; ++j) order[j] = m - 1 - j;
+  dflop::multimodal_simulator simulator;
+  const auto ops = static_cast<double>(simulator.simulate(schedule, costs).timings.size());
+  simulator.bind(schedule, costs);
+  for (auto _ : state) benchmark::DoNotOptimize(simulator.bound_makespan_below(order, std::numeric_limits<double>::infinity()));
+  state.counters["ops"] = ops;
+  state.counters["ops_per_second"] = benchmark::Counter(ops, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(simulate_multimodal_bound)->Arg(16)->Arg(64)->Unit(benchmark::kMicrosecond);
 
 // Mean makespan reduction of each ordering policy vs identity, in percent, over 20
 // random batches (1F1B, S = 8, m = 32; and the multimodal case with m = 16).
