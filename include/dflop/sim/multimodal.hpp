@@ -256,7 +256,8 @@ private:
 
   // Schedule operations ("position ops") are numbered position-major: position
   // p's i-th op is `position_begin_[p] + i`. Each gets its dependencies as
-  // position ops; rank ops are numbered as in `graph_` (rank-major).
+  // position ops, tagged with how the replicas wait for them. A run's arrays
+  // hold replica q of position op g at `replica_base_[g] + q`.
   void index_operations(const pipeline_schedule& schedule, const multimodal_costs& costs) {
     const std::uint32_t positions = costs.positions();
     index_in_rank_.assign(3 * static_cast<std::size_t>(costs.microbatches) * positions, none);
