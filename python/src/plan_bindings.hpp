@@ -39,7 +39,8 @@ namespace detail {
 //! Plans as `dflop plan` does (tools/cli/command_plan.cpp), without progress output.
 inline plan make_plan(std::span<const sample> workload, const multimodal_spec& model, const cluster_spec& cluster,
                       int global_batch, int batches, std::uint64_t seed, const std::string& schedule,
-                      unsigned threads, bool exclude_unfittable, double gradient_bucket_mb) {
+                      unsigned threads, bool exclude_unfittable, double gradient_bucket_mb,
+                      bool whole_stage_recompute) {
   if (!(gradient_bucket_mb >= 0) || !std::isfinite(gradient_bucket_mb))
     throw input_error("gradient_bucket_mb", 0,
                       "must be a finite number of MiB >= 0 (0: one all-reduce per stage after its last op), got " +
@@ -47,6 +48,7 @@ inline plan make_plan(std::span<const sample> workload, const multimodal_spec& m
   planner_options settings;
   settings.exclude_unfittable = exclude_unfittable;
   settings.batch.gradient_bucket_bytes = gradient_bucket_mb * 1024.0 * 1024.0;
+  settings.partial_recompute = !whole_stage_recompute;
   settings.global_batch = global_batch;
   settings.batches = batches;
   settings.seed = seed;
@@ -146,7 +148,8 @@ inline void add_plan_bindings(py::module_& module) {
           "infeasible (schedule_batch raises InfeasibleError), and the two probabilities.")
       .def_property_readonly(
           "config", [](const plan& p) { return detail::to_python(config_json(p.chosen, p.schedule)); },
-          "The chosen configuration as in the plan file: encoder and llm (tp, pp, dp, recompute, "
+          "The chosen configuration as in the plan file: encoder and llm (tp, pp, dp, recompute, recompute_layers "
+          "where only some layers recompute, "
           "distributed_optimizer, layers), microbatches, schedule.")
       .def_property_readonly(
           "baselines",
@@ -246,23 +249,25 @@ inline void add_plan_bindings(py::module_& module) {
       "plan",
       [](py::handle workload, py::handle model, const cluster_spec& cluster, int global_batch, int batches,
          std::uint64_t seed, const std::string& schedule, unsigned threads, bool exclude_unfittable,
-         double gradient_bucket_mb) {
+         double gradient_bucket_mb, bool whole_stage_recompute) {
         sample_list storage;
         const sample_list& samples = as_samples(workload, storage, "workload");
         const multimodal_spec spec = detail::model_of(model);
         py::gil_scoped_release unlocked;
         return detail::make_plan(samples, spec, cluster, global_batch, batches, seed, schedule, threads,
-                                 exclude_unfittable, gradient_bucket_mb);
+                                 exclude_unfittable, gradient_bucket_mb, whole_stage_recompute);
       },
       py::arg("workload"), py::arg("model"), py::arg("cluster"), py::kw_only(), py::arg("global_batch") = 512,
       py::arg("batches") = 4, py::arg("seed") = 0, py::arg("schedule") = "auto", py::arg("threads") = 0,
       py::arg("exclude_unfittable") = false, py::arg("gradient_bucket_mb") = 0.0,
+      py::arg("whole_stage_recompute") = false,
       "Chooses the 3D parallel configuration for a workload, model and cluster, as `dflop plan` does with the "
-      "same --global-batch, --batches, --seed, --schedule and --gradient-bucket-mb (gradient_bucket_mb > 0: "
+      "same --global-batch, --batches, --seed, --schedule, --gradient-bucket-mb (gradient_bucket_mb > 0: "
       "each stage's gradient all-reduce predicted in buckets of that many MiB, overlapped with its last "
       "backward, as the executors run it for stages that call gradients_ready; 0: one all-reduce after the "
-      "last op) (the plan does not depend on `threads`; 0: all "
-      "cores). workload: Samples, a trace path or a list of dicts; model: a preset 'ENCODER+LLM', a model JSON "
+      "last op) and --whole-stage-recompute (True: a stage that recomputes activations recomputes all its "
+      "layers; False: the fewest with which the plan fits, config's recompute_layers) (the plan does not "
+      "depend on `threads`; 0: all cores). workload: Samples, a trace path or a list of dicts; model: a preset 'ENCODER+LLM', a model JSON "
       "file or a Model. Raises InputError for bad input (also for samples no configuration holds in memory even "
       "alone, naming them; exclude_unfittable=True plans without them and lists them in Plan.excluded_samples, "
       "as --exclude-unfittable does), InfeasibleError when no configuration fits in memory. "

@@ -49,6 +49,17 @@ def test_gradient_buckets_plan_as_the_cli_does(cli_json, small_trace):
         dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, gradient_bucket_mb=-1)
 
 
+def test_whole_stage_recompute_is_the_cli_flag(cli_json, small_trace):
+    path, samples = small_trace
+    expected = cli_json("plan", "--workload", path, "--gpus", 16, "--global-batch", 64, "--batches", 2,
+                        "--whole-stage-recompute")
+    plan = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2,
+                      whole_stage_recompute=True)
+    assert without_timings(plan.to_dict()) == without_timings(expected)
+    for module in ("encoder", "llm"):
+        assert "recompute_layers" not in plan.config[module]
+
+
 def test_saved_plan_is_the_cli_plan_file_and_reads_back(cli, small_trace, tmp_path):
     path, samples = small_trace
     cli("plan", "--workload", path, "--gpus", 16, "--global-batch", 64, "--batches", 2, "--save", tmp_path / "cli.json")

@@ -38,6 +38,7 @@ struct plan_command_options {
   int global_batch = 512;
   std::string schedule = "auto";
   double gradient_bucket_mib = 0;  // 0: one all-reduce per stage after its last op
+  bool whole_stage_recompute = false;  // recompute all of a stage's layers or none
   int batches = 4;
   std::uint64_t seed = 0;
   bool json = false;
@@ -60,6 +61,7 @@ void run_plan(const plan_command_options& options) {
   settings.seed = options.seed;
   settings.exclude_unfittable = !options.exclude_unfittable.empty();
   settings.batch.gradient_bucket_bytes = options.gradient_bucket_mib * 1024.0 * 1024.0;
+  settings.partial_recompute = !options.whole_stage_recompute;
   if (!options.json) {
     settings.progress = &std::cerr;
     settings.progress_interactive = dflop::stderr_is_terminal();
@@ -145,6 +147,9 @@ void add_plan_flags(CLI::App& command, plan_command_options& options) {
                      "the last op)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  command.add_flag("--whole-stage-recompute", options.whole_stage_recompute,
+                   "where activations must be recomputed, recompute all of a stage's layers (default: only the "
+                   "fewest with which the plan fits, each stage's first ones)");
   command.add_option("--batches", options.batches, "sampled global batches each candidate is scored on")
       ->capture_default_str();
   command.add_option("--seed", options.seed, "sampling and packing seed")->capture_default_str();

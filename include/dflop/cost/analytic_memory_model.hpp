@@ -58,8 +58,10 @@ struct memory_options {
 //!   `precision_config`; optimizer states further divided by `optimizer_shards`;
 //! - activations per microbatch of N tokens, bytes, all divided by t (tensor + sequence parallelism):
 //!   layers x N x `layer_activation_elements_per_token` x 2 without recomputation;
-//!   with it, layers x N x h x 2 (layer inputs) plus one layer's full set once per stage
-//!   (the layer being recomputed); the embedding stores nothing extra (its output is layer
+//!   with it, each recomputed layer keeps N x h x 2 (its input; every layer with full
+//!   recomputation, the stage's first k with `memory_choices::recompute_layers` = k), the
+//!   others their full set, plus one layer's full set once per stage (the layer being
+//!   recomputed); the embedding stores nothing extra (its output is layer
 //!   0's input); the LM head stores the final norm input and output (2 x 2h) plus the logits in
 //!   bf16 and fp32 for the loss (6 V) per token; the encoder's patch embedding stores the pixels
 //!   (3 p^2 x 2, not sharded by t) and the projector its input, hidden and GELU output
@@ -98,8 +100,11 @@ public:
     memory.parameters = saturating_mul(parameters, precision.weight_bytes);
     memory.gradients = saturating_mul(parameters, precision.gradient_bytes);
     memory.optimizer_states = ceil_div(saturating_mul(parameters, precision.optimizer_bytes), choices.optimizer_shards);
-    memory.activations =
-        activation_bytes(kind, tp, slice, in_flight, shape_of(kind, microbatch), choices.recompute_activations);
+    if (choices.recompute_layers < 0)
+      throw error("estimate_memory: recompute_layers must be >= 0 (0: all), got " +
+                  std::to_string(choices.recompute_layers));
+    memory.activations = activation_bytes_recomputing(kind, tp, slice, in_flight, shape_of(kind, microbatch),
+                                                      recomputed_layers(choices, slice.layers));
     return memory;
   }
 
@@ -126,6 +131,18 @@ public:
   //! Activation bytes with recomputation on or off regardless of the options.
   [[nodiscard]] std::int64_t activation_bytes(module_kind kind, int tp, stage_slice slice, int in_flight,
                                               const microbatch_shape& shape, bool recompute) const {
+    return activation_bytes_recomputing(kind, tp, slice, in_flight, shape, recompute ? slice.layers : 0);
+  }
+
+  //! Activation bytes when `recomputed` of the slice's layers (0..layers)
+  //! recompute: those keep their input only, the others their full set, and
+  //! the layer being recomputed needs its full set once per stage.
+  [[nodiscard]] std::int64_t activation_bytes_recomputing(module_kind kind, int tp, stage_slice slice, int in_flight,
+                                                          const microbatch_shape& shape,
+                                                          std::int64_t recomputed) const {
+    if (recomputed < 0 || recomputed > slice.layers)
+      throw error("activation_bytes: " + std::to_string(recomputed) + " recomputed layers of a stage with " +
+                  std::to_string(slice.layers));
     // A token count beyond 64 bits (only a corrupt input has one) needs more bytes than any device.
     if (!(shape.tokens < 0x1p63)) return saturated_count;
     const auto tokens = static_cast<std::int64_t>(std::llround(shape.tokens));
@@ -137,8 +154,7 @@ public:
                                                       model_.encoder.ffn, false)
                 : layer_activation_elements_per_token(hidden, model_.llm.heads, model_.llm.kv_heads, model_.llm.ffn,
                                                       true);
-    const std::int64_t stored_layer = recompute ? hidden : full_layer;
-    std::int64_t sharded = slice.layers * stored_layer * element;  // per token, before / tp
+    std::int64_t sharded = (recomputed * hidden + (slice.layers - recomputed) * full_layer) * element;  // per token, before / tp
     std::int64_t replicated = 0;                                   // per token, not sharded
     if (slice.head)
       sharded += encoder ? (model_.projector.input_hidden + 2 * model_.projector.output_hidden) * element
@@ -148,7 +164,7 @@ public:
     const std::int64_t per_microbatch =
         saturating_add(ceil_div(saturating_mul(tokens, sharded), tp), saturating_mul(tokens, replicated));
     std::int64_t total = saturating_mul(in_flight, per_microbatch);
-    if (recompute && slice.layers > 0 && in_flight > 0)
+    if (recomputed > 0 && in_flight > 0)
       total = saturating_add(total, ceil_div(saturating_mul(saturating_mul(tokens, full_layer), element), tp));
     return total;
   }

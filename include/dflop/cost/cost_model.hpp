@@ -52,8 +52,14 @@ struct module_cost {
   //! The same with full activation recomputation when `recompute`: each layer's
   //! forward runs again inside the backward (embedding and head are kept).
   [[nodiscard]] constexpr pass_time stage(const stage_slice& slice, bool recompute) const noexcept {
+    return stage_recomputing(slice, recompute ? slice.layers : 0);
+  }
+
+  //! The same when `recomputed` of the slice's layers redo their forward inside
+  //! the backward (partial recomputation: the stage's first layers).
+  [[nodiscard]] constexpr pass_time stage_recomputing(const stage_slice& slice, std::int64_t recomputed) const noexcept {
     pass_time time = stage(slice);
-    if (recompute) time.backward += static_cast<double>(slice.layers) * layer.forward;
+    time.backward += static_cast<double>(recomputed) * layer.forward;
     return time;
   }
 

@@ -78,11 +78,22 @@ concept memory_model = concept_clauses::memory_model_estimate_memory_callable<Mo
 //! communication for bytes: the planner tries them on configurations that do
 //! not fit without them.
 struct memory_choices {
-  bool recompute_activations = false;  //!< full activation recomputation: keep layer inputs, redo the forward in backward
+  bool recompute_activations = false;  //!< activation recomputation: keep layer inputs, redo the forward in backward
   std::int64_t optimizer_shards = 1;   //!< optimizer states split over this many DP ranks (distributed optimizer); 1 = none
+  //! With `recompute_activations`: a stage recomputes its first this many layers
+  //! (Megatron-LM's block method); 0: all of them (full recomputation).
+  std::int64_t recompute_layers = 0;
 
   friend bool operator==(const memory_choices&, const memory_choices&) = default;
 };
+
+//! How many of a stage's `stage_layers` layers `choices` recomputes.
+[[nodiscard]] constexpr std::int64_t recomputed_layers(const memory_choices& choices,
+                                                       std::int64_t stage_layers) noexcept {
+  if (!choices.recompute_activations) return 0;
+  return choices.recompute_layers > 0 && choices.recompute_layers < stage_layers ? choices.recompute_layers
+                                                                                 : stage_layers;
+}
 
 //! A memory model that can also price `memory_choices` (per call, so one model
 //! serves every candidate). Satisfied by `analytic_memory_model`; the planner

@@ -50,6 +50,10 @@ struct stage_assignment {
   std::int64_t end_layer = 0;      //!< one past its last layer
   stage_slice slice;               //!< layers, and whether it holds the embedding / head
   module_parallelism degrees;      //!< its module's degrees and memory savers (recompute, distributed optimizer)
+  //! Recompute the activations of this stage's first this many layers in the
+  //! backward (what the plan priced: `module_parallelism::recompute_layers`, or
+  //! all with full recomputation); 0: keep every layer's activations.
+  std::int64_t recompute_first_layers = 0;
   int rank = 0;                    //!< world rank
 
   friend bool operator==(const stage_assignment&, const stage_assignment&) = default;
@@ -67,6 +71,7 @@ struct stage_assignment {
   out.end_layer = module.first_layer.at(out.role.stage + 1);
   out.slice = module.slice(static_cast<int>(out.role.stage));
   out.degrees = out.role.encoder() ? layout.config.encoder : layout.config.llm;
+  out.recompute_first_layers = recomputed_layers(out.degrees, out.slice.layers);
   out.rank = rank;
   return out;
 }

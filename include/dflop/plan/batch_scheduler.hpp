@@ -554,7 +554,8 @@ private:
         const double bytes = tokens * hidden * element_bytes / d.tp;
         for (std::uint32_t s = 0; s < stages; ++s) {
           const std::size_t at = costs.at(q, k, s, m);
-          const pass_time time = unit.stage(plan.slice(static_cast<int>(s)), d.recompute);
+          const stage_slice slice = plan.slice(static_cast<int>(s));
+          const pass_time time = unit.stage_recomputing(slice, recomputed_layers(d, slice.layers));
           costs.forward[at] = time.forward;
           if (split_backward) {
             costs.weight[at] = time.backward * weight_share;

@@ -20,12 +20,17 @@ struct module_parallelism {
   int tp = 1;  //!< tensor-parallel degree (GPUs sharing each layer)
   int pp = 1;  //!< pipeline stages
   int dp = 1;  //!< data-parallel replicas
-  //! Full activation recomputation: stages keep only layer inputs and redo each
-  //! layer's forward inside its backward (less memory, one more forward of time).
+  //! Activation recomputation: a recomputed layer keeps only its input and redoes
+  //! its forward inside its backward (less memory, one more forward of time).
   bool recompute = false;
   //! Distributed optimizer (ZeRO-1): optimizer states split over the dp replicas.
   //! Its reduce-scatter + all-gather moves no more than the all-reduce it replaces.
   bool distributed_optimizer = false;
+  //! With `recompute`: how many of each stage's layers recompute, its first ones
+  //! (Megatron-LM's block method, `--recompute-num-layers`); 0: all of them. The
+  //! planner recomputes the fewest with which the plan fits, since every
+  //! recomputed layer costs its forward again.
+  int recompute_layers = 0;
 
   //! GPUs the module occupies.
   [[nodiscard]] constexpr int gpus() const noexcept { return tp * pp * dp; }
@@ -37,13 +42,20 @@ struct module_parallelism {
 inline std::ostream& operator<<(std::ostream& out, const module_parallelism& degrees) {
   out << "tp" << degrees.tp << " pp" << degrees.pp << " dp" << degrees.dp;
   if (degrees.recompute) out << " recompute";
+  if (degrees.recompute && degrees.recompute_layers > 0) out << "(" << degrees.recompute_layers << " per stage)";
   if (degrees.distributed_optimizer) out << " dist-opt";
   return out;
 }
 
 //! The memory-saving choices `degrees` asks the memory model to price.
 [[nodiscard]] constexpr memory_choices memory_choices_of(const module_parallelism& degrees) noexcept {
-  return {degrees.recompute, degrees.distributed_optimizer ? degrees.dp : 1};
+  return {degrees.recompute, degrees.distributed_optimizer ? degrees.dp : 1, degrees.recompute_layers};
+}
+
+//! How many of a stage's `stage_layers` layers `degrees` recomputes.
+[[nodiscard]] constexpr std::int64_t recomputed_layers(const module_parallelism& degrees,
+                                                       std::int64_t stage_layers) noexcept {
+  return recomputed_layers(memory_choices_of(degrees), stage_layers);
 }
 
 //! Both modules' degrees and the microbatch count.
@@ -69,8 +81,17 @@ struct parallel_config {
 [[nodiscard]] constexpr parallel_config without_memory_savers(parallel_config config) noexcept {
   for (module_parallelism* degrees : {&config.encoder, &config.llm}) {
     degrees->recompute = false;
+    degrees->recompute_layers = 0;
     degrees->distributed_optimizer = false;
   }
+  return config;
+}
+
+//! `config` recomputing every layer of each module that recomputes any (its
+//! `recompute_layers` back to 0): the full-recomputation memory variant.
+[[nodiscard]] constexpr parallel_config fully_recomputing(parallel_config config) noexcept {
+  config.encoder.recompute_layers = 0;
+  config.llm.recompute_layers = 0;
   return config;
 }
 

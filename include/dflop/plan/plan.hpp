@@ -156,21 +156,24 @@ inline std::string format_fixed(double value, int digits) {
   std::snprintf(text, sizeof text, "%.*f", digits, value);
   return text;
 }
-// Compact degrees for the table: "tp2 pp4 dp8", "+rc" recomputation, "+do" distributed optimizer.
+// Compact degrees for the table: "tp2 pp4 dp8", "+rc" recomputation ("+rc3": of
+// each stage's first 3 layers), "+do" distributed optimizer.
 inline std::string format_degrees(const module_parallelism& d) {
-  return "tp" + std::to_string(d.tp) + " pp" + std::to_string(d.pp) + " dp" + std::to_string(d.dp) +
-         (d.recompute ? "+rc" : "") + (d.distributed_optimizer ? "+do" : "");
+  std::string recompute = d.recompute ? "+rc" : "";
+  if (d.recompute && d.recompute_layers > 0) recompute += std::to_string(d.recompute_layers);
+  return "tp" + std::to_string(d.tp) + " pp" + std::to_string(d.pp) + " dp" + std::to_string(d.dp) + recompute +
+         (d.distributed_optimizer ? "+do" : "");
 }
 }  // namespace detail
 
 //! Prints the side-by-side table of the methods and the ideal bound.
 inline void print_comparison(std::ostream& out, const plan& result) {
   char line[256];
-  std::snprintf(line, sizeof line, "%-16s %-19s %-19s %5s %10s %9s %8s %s\n", "method", "encoder", "llm", "m",
+  std::snprintf(line, sizeof line, "%-16s %-21s %-21s %5s %10s %9s %8s %s\n", "method", "encoder", "llm", "m",
                 "iteration", "samples/s", "vs ideal", "memory");
   out << line;
   const auto row = [&](const method_result& r) {
-    std::snprintf(line, sizeof line, "%-16s %-19s %-19s %5d %9.3fs %9.1f %7.0f%% %s\n", std::string(name_of(r.method)).c_str(),
+    std::snprintf(line, sizeof line, "%-16s %-21s %-21s %5d %9.3fs %9.1f %7.0f%% %s\n", std::string(name_of(r.method)).c_str(),
                   detail::format_degrees(r.config.encoder).c_str(), detail::format_degrees(r.config.llm).c_str(),
                   r.config.microbatches, r.iteration_seconds, result.global_batch / r.iteration_seconds,
                   100.0 * result.ideal_seconds / r.iteration_seconds,
@@ -179,7 +182,7 @@ inline void print_comparison(std::ostream& out, const plan& result) {
   };
   for (const auto& baseline : result.baselines) row(baseline);
   row(result.chosen);
-  std::snprintf(line, sizeof line, "%-16s %-19s %-19s %5s %9.3fs %9.1f %7.0f%%\n", "ideal", "-", "-", "-",
+  std::snprintf(line, sizeof line, "%-16s %-21s %-21s %5s %9.3fs %9.1f %7.0f%%\n", "ideal", "-", "-", "-",
                 result.ideal_seconds, result.global_batch / result.ideal_seconds, 100.0);
   out << line;
   const auto saves_memory = [](const method_result& r) {
@@ -188,7 +191,7 @@ inline void print_comparison(std::ostream& out, const plan& result) {
     return false;
   };
   if (saves_memory(result.chosen) || std::any_of(result.baselines.begin(), result.baselines.end(), saves_memory))
-    out << "(+rc: activation recomputation, +do: distributed optimizer)\n";
+    out << "(+rc: activation recomputation, +rcN: of each stage's first N layers, +do: distributed optimizer)\n";
 }
 
 //! Prints the plan: configuration, layer splits, prediction, memory per stage and the comparison.

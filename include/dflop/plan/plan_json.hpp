@@ -28,17 +28,23 @@ namespace dflop {
 inline constexpr int plan_file_version = 1;
 
 //! One module's degrees, memory savers and layer ranges:
-//! {"tp", "pp", "dp", "recompute", "distributed_optimizer", "layers": [[first, last), ...]}.
+//! {"tp", "pp", "dp", "recompute", "recompute_layers" (partial recomputation
+//! only: each stage's first this many layers), "distributed_optimizer", "layers":
+//! [[first, last), ...]}.
 [[nodiscard]] inline nlohmann::ordered_json to_json(const module_plan& module) {
   auto layers = nlohmann::ordered_json::array();
   for (std::size_t s = 0; s + 1 < module.first_layer.size(); ++s)
     layers.push_back({module.first_layer[s], module.first_layer[s + 1]});
-  return {{"tp", module.degrees.tp},
-          {"pp", module.degrees.pp},
-          {"dp", module.degrees.dp},
-          {"recompute", module.degrees.recompute},
-          {"distributed_optimizer", module.degrees.distributed_optimizer},
-          {"layers", layers}};
+  nlohmann::ordered_json out = {{"tp", module.degrees.tp},
+                                {"pp", module.degrees.pp},
+                                {"dp", module.degrees.dp},
+                                {"recompute", module.degrees.recompute}};
+  // Written only for partial recomputation, so plans without it read as before.
+  if (module.degrees.recompute && module.degrees.recompute_layers > 0)
+    out["recompute_layers"] = module.degrees.recompute_layers;
+  out["distributed_optimizer"] = module.degrees.distributed_optimizer;
+  out["layers"] = layers;
+  return out;
 }
 
 //! A method's configuration: {"encoder", "llm", "microbatches", "schedule"}.

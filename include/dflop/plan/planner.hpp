@@ -38,6 +38,7 @@
 #include <dflop/workload/sample.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -311,6 +312,59 @@ private:
                                               scorer_.pack_policy(), scorer_.options().batch);
   }
 
+  // Whether either module of `config` recomputes activations.
+  [[nodiscard]] static bool recomputes(const parallel_config& config) noexcept {
+    return config.encoder.recompute || config.llm.recompute;
+  }
+
+  // Simulates `config` on the sampled batches (slots ordered as `options` say),
+  // its tail microbatches into `tails`; seconds. A partly recomputing `config`
+  // recomputes more layers (the fewest with which `quick` and the tails fit) and
+  // is simulated again while its tails do not fit, at most a few times, then with
+  // full recomputation, as it is when its tail batches (`tail_batches_fit`) do
+  // not pack; the caller checks the tails of what comes back. Counts
+  // simulations in `simulated` when given. Throws `memory_cap_error` when a
+  // batch cannot be packed within the budget.
+  double simulate_raising_recomputation(parallel_config& config, const batch_options& options,
+                                        std::span<const detail::microbatch_views> quick, detail::tail_samples& tails,
+                                        std::size_t* simulated) {
+    constexpr int max_raises = 4;
+    for (int raise = 0;; ++raise) {
+      const plan_layout layout = scorer_.layouts().layout_of(config, scorer_.partitioner());
+      double seconds = 0;
+      try {
+        if (simulated) ++*simulated;
+        seconds = scorer_.scoring().simulate_all(layout, scorer_.pack_policy(), options, &tails,
+                                                 detail::tail_rule::heaviest);
+      } catch (const memory_cap_error&) {
+        if (!partly_recomputes(config)) throw;
+        config = fully_recomputing(config);
+        continue;
+      }
+      if (!partly_recomputes(config)) return seconds;
+      if (scorer_.checks().memory_shortfall(config, scorer_.partitioner(), tails) <= 0) {
+        if (tail_batches_fit(config)) return seconds;
+        config = fully_recomputing(config);  // the heaviest sampled batches need more than their tails say
+        continue;
+      }
+      if (raise == max_raises) {
+        config = fully_recomputing(config);
+        continue;
+      }
+      std::vector<detail::microbatch_views> samples(quick.begin(), quick.end());
+      samples.push_back(tails);
+      const auto raised = scorer_.checks().fewest_recomputed_layers(config, scorer_.partitioner(), samples);
+      if (!raised) return seconds;  // even full recomputation misses: the caller sees the shortfall
+      config = *raised;
+    }
+  }
+
+  // Whether a module of `config` recomputes only some of each stage's layers.
+  [[nodiscard]] static bool partly_recomputes(const parallel_config& config) noexcept {
+    return (config.encoder.recompute && config.encoder.recompute_layers > 0) ||
+           (config.llm.recompute && config.llm.recompute_layers > 0);
+  }
+
   // Scores `base` with the cheapest memory variant whose typical microbatches
   // fit, moving on to costlier variants while the tail microbatches do not.
   // nullopt (with the miss noted) when none fits.
@@ -333,19 +387,21 @@ private:
       return false;
     };
     while (fits_quickly()) {
-      const parallel_config& config = variants[next];
-      const plan_layout layout = scorer_.layouts().layout_of(config, scorer_.partitioner());
+      // Recomputation of the fewest layers per stage with which the typical
+      // microbatch and the heaviest sample fit; raised below while the tails do not.
+      parallel_config config = variants[next];
+      const std::array<detail::microbatch_views, 2> quick{typical, scorer_.heaviest_samples()};
+      if (recomputes(config) && scorer_.options().partial_recompute)
+        config = *scorer_.checks().fewest_recomputed_layers(config, scorer_.partitioner(), quick);
       detail::tail_samples tails;
       double seconds = 0;
       try {
-        seconds = scorer_.scoring().simulate_all(layout, scorer_.pack_policy(), options, &tails, detail::tail_rule::heaviest);
+        seconds = simulate_raising_recomputation(config, options, quick, tails, &statistics.simulated);
       } catch (const memory_cap_error& failure) {  // a sampled batch cannot be packed within the budget
-        ++statistics.simulated;
         scorer_.checks().note_miss(config, failure.excess_bytes());
         ++next;
         continue;
       }
-      ++statistics.simulated;
       if (const double shortfall = scorer_.checks().memory_shortfall(config, scorer_.partitioner(), tails); shortfall > 0) {
         scorer_.checks().note_miss(config, shortfall);
         ++next;
@@ -446,22 +502,28 @@ private:
       if (!searched_schedules_.empty()) use_candidate_schedule(s);
       double schedule_best = 0;
       for (const scanned& finalist : finalists) {
-        // The scan checked the tails under the first schedule; others hold other peaks.
-        if (s > 0 && !tail_batches_fit(finalist.config)) continue;
-        const plan_layout layout = scorer_.layouts().layout_of(finalist.config, scorer_.partitioner());
+        // The scan checked the tails under the first schedule; others hold other
+        // peaks (and may need every layer recomputed where the scan recomputed some).
+        parallel_config config = finalist.config;  // may recompute more layers for this order's tails
+        if (s > 0 && !tail_batches_fit(config)) {
+          if (!partly_recomputes(config) || !tail_batches_fit(fully_recomputing(config))) continue;
+          config = fully_recomputing(config);
+        }
+        const detail::tail_samples typical = scorer_.scoring().typical_microbatches(config);
+        const std::array<detail::microbatch_views, 2> quick{typical, scorer_.heaviest_samples()};
         detail::tail_samples tails;
         double seconds = 0;
         try {
-          seconds = scorer_.scoring().simulate_all(layout, scorer_.pack_policy(), settings.batch, &tails,
-                                         detail::tail_rule::heaviest);
+          seconds = simulate_raising_recomputation(config, settings.batch, quick, tails, nullptr);
         } catch (const memory_cap_error&) {  // packed in another order, a batch no longer fits
           continue;
         }
-        if (scorer_.checks().memory_shortfall(finalist.config, scorer_.partitioner(), tails) > 0) continue;  // another slot order, another tail: still must fit
+        if (scorer_.checks().memory_shortfall(config, scorer_.partitioner(), tails) > 0) continue;  // another slot order, another tail: still must fit
         if (schedule_best == 0 || seconds < schedule_best) schedule_best = seconds;
         if (!best || seconds < best->iteration_seconds) {
-          best = method_result{plan_method::dflop, finalist.config, layout.encoder, layout.llm, finalist.estimate, seconds, true, 0, 0};
-          best->peak_memory_gib = detail::peak_gib(scorer_.checks().stage_memories(finalist.config, scorer_.partitioner(), tails));
+          const plan_layout layout = scorer_.layouts().layout_of(config, scorer_.partitioner());
+          best = method_result{plan_method::dflop, config, layout.encoder, layout.llm, finalist.estimate, seconds, true, 0, 0};
+          best->peak_memory_gib = detail::peak_gib(scorer_.checks().stage_memories(config, scorer_.partitioner(), tails));
           tail_cache_ = std::move(tails);
           chosen_schedule = s;
         }

@@ -41,6 +41,12 @@ struct planner_options {
   //! so it ranks best; it assumes stages with a separate weight-gradient pass
   //! (`weight(ctx)`): without one, force "1f1b".
   std::vector<std::string> schedule_candidates{"zb-h1", "1f1b"};
+  //! Where a module must recompute activations, recompute only the fewest of
+  //! each stage's layers with which the plan fits (`module_parallelism::
+  //! recompute_layers`; the stage functors must recompute that many, the first
+  //! ones). false: all of a stage's layers or none, for stages that can only
+  //! checkpoint whole stages.
+  bool partial_recompute = true;
   //! Plan without the samples no configuration can hold even alone (their ids
   //! land in `plan::excluded_samples`); false: `make_plan` throws
   //! `unfittable_samples_error` naming them. Nothing is dropped unless asked.

@@ -134,7 +134,7 @@ private:
     const module_cost cost = scorer_->cost().estimate_time(kind, degrees.tp, mean_microbatch(count));
     const module_plan plan = scorer_->layouts().module_plan_of(kind, degrees, even_layers{});
     double slowest = 0;
-    for (int s = 0; s < degrees.pp; ++s) slowest = std::max(slowest, cost.stage(plan.slice(s), degrees.recompute).total());
+    for (int s = 0; s < degrees.pp; ++s) slowest = std::max(slowest, cost.stage_recomputing(plan.slice(s), recomputed_layers(degrees, plan.slice(s).layers)).total());
     return slowest_.emplace(key, slowest).first->second;
   }
 

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -113,6 +114,51 @@ public:
       }
     }
     return variants;
+  }
+
+  //! `config` with each recomputing module recomputing the fewest layers per
+  //! stage (`module_parallelism::recompute_layers`; at least the count it has,
+  //! from one layer when it recomputes all)
+  //! with which every microbatch of `samples` fits; nullopt when even full
+  //! recomputation does not. Every recomputed layer costs its forward again, so
+  //! fewer is faster. From one recomputed layer on, each more keeps an input
+  //! instead of a layer's full set, so memory only falls and a bisection finds
+  //! the count; the modules' stages are apart, so each module is bisected alone.
+  //! All of a module's layers is written as 0 (full recomputation).
+  template <layer_partitioner P>
+  [[nodiscard]] std::optional<parallel_config> fewest_recomputed_layers(parallel_config config, const P& policy,
+                                                                        std::span<const microbatch_views> samples) {
+    const auto fits = [&](const parallel_config& candidate) {
+      return std::all_of(samples.begin(), samples.end(), [&](const microbatch_views& microbatch) {
+        return memory_shortfall(candidate, policy, microbatch) <= 0;
+      });
+    };
+    for (module_kind kind : all_module_kinds) {
+      module_parallelism& degrees = kind == module_kind::encoder ? config.encoder : config.llm;
+      if (!degrees.recompute) continue;
+      const module_plan plan = layouts_->module_plan_of(kind, degrees, policy);
+      std::int64_t most = 0;  // the largest stage's layers: recomputing that many is full recomputation
+      for (int s = 0; s < degrees.pp; ++s) most = std::max(most, plan.slice(s).layers);
+      const auto with = [&](std::int64_t layers) {
+        parallel_config candidate = config;
+        (kind == module_kind::encoder ? candidate.encoder : candidate.llm).recompute_layers =
+            layers >= most ? 0 : static_cast<int>(layers);
+        return candidate;
+      };
+      std::int64_t high = most;  // fits (checked next); the answer is in [low, high]
+      if (!fits(with(high))) return std::nullopt;
+      std::int64_t low = std::min<std::int64_t>(std::max(degrees.recompute_layers, 1), high);
+      if (fits(with(low))) {
+        high = low;
+      } else {
+        while (high - low > 1) {  // low misses, high fits
+          const std::int64_t middle = low + (high - low) / 2;
+          (fits(with(middle)) ? high : low) = middle;
+        }
+      }
+      config = with(high);
+    }
+    return config;
   }
 
   //! The first memory variant after `config` (of its base configuration) whose

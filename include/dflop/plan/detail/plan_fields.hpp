@@ -122,7 +122,8 @@ struct plan_context {
   int global_batch = 0;                    //!< samples per iteration
 };
 
-//! One module's {"tp", "pp", "dp", "recompute", "distributed_optimizer", "layers"}:
+//! One module's {"tp", "pp", "dp", "recompute", "recompute_layers" (optional, 0:
+//! all), "distributed_optimizer", "layers"}:
 //! tp divides the node size and the heads the planner splits (encoder heads, LLM
 //! key/value heads); one range [first, end) per stage, from 0 to the module's
 //! layers with no gap, overlap or empty stage.
@@ -130,12 +131,18 @@ struct plan_context {
                                                        const plan_context& context) {
   const std::string_view key = kind == module_kind::encoder ? "encoder" : "llm";
   const json_fields fields(parent.at(key), parent.source(), parent.path(key));
-  fields.only({"tp", "pp", "dp", "recompute", "distributed_optimizer", "layers"});
+  fields.only({"tp", "pp", "dp", "recompute", "recompute_layers", "distributed_optimizer", "layers"});
   module_plan plan;
   plan.degrees.tp = plan_int(fields, "tp", 1);
   plan.degrees.pp = plan_int(fields, "pp", 1);
   plan.degrees.dp = plan_int(fields, "dp", 1);
   plan.degrees.recompute = fields.boolean("recompute");
+  if (fields.has("recompute_layers")) {
+    plan.degrees.recompute_layers = plan_int(fields, "recompute_layers", 0);
+    if (plan.degrees.recompute_layers > 0 && !plan.degrees.recompute)
+      fields.fail(fields.path("recompute_layers"), std::to_string(plan.degrees.recompute_layers) +
+                                                       " layers per stage to recompute, but recompute is false");
+  }
   plan.degrees.distributed_optimizer = fields.boolean("distributed_optimizer");
 
   const multimodal_spec& model = *context.model;
