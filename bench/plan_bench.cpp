@@ -32,12 +32,15 @@ const std::vector<dflop::sample>& workload(const std::string& mixture) {
 }
 
 //! Plans once and reports the comparison as counters.
+//! `partial_recompute`: false plans as before partial recomputation (a
+//! recomputing stage recomputes all its layers), for side-by-side figures.
 void plan_case(benchmark::State& state, const std::string& mixture, const std::string& model_name, int gpus,
-               int global_batch) {
+               int global_batch, bool partial_recompute) {
   const auto model = dflop::find_model(model_name);
   const dflop::cluster_spec cluster{gpus, 8, dflop::find_gpu("h100-80gb")};
   dflop::planner_options options;
   options.global_batch = global_batch;
+  options.partial_recompute = partial_recompute;
   dflop::plan result;
   for (auto _ : state) {
     dflop::planner<dflop::flops_cost_model, dflop::analytic_memory_model> planner(
@@ -64,27 +67,34 @@ void plan_case(benchmark::State& state, const std::string& mixture, const std::s
   state.counters["candidates"] = static_cast<double>(result.search.candidates);
   // Each schedule's best finalist (ZB-H1 chosen: zb-h1_s is dflop_s).
   for (const auto& trial : result.search.schedules) state.counters[trial.schedule + "_s"] = trial.seconds;
-  state.SetLabel("schedule " + result.schedule);
+  state.SetLabel("schedule " + result.schedule + ", encoder " + dflop::detail::format_degrees(result.chosen.config.encoder) +
+                 ", llm " + dflop::detail::format_degrees(result.chosen.config.llm) + ", m" +
+                 std::to_string(result.chosen.config.microbatches));
 }
 
 void register_cases() {
-  // Every built-in mixture on the demo setting.
-  for (const auto& mixture : mixtures)
-    benchmark::RegisterBenchmark(("mixture/" + mixture).c_str(), [mixture](benchmark::State& state) {
-      plan_case(state, mixture, "siglip-400m+qwen2.5-7b", 64, 512);
-    })->Iterations(1)->Unit(benchmark::kSecond);
-  // Models x cluster sizes (8 samples per GPU of global batch).
-  for (const std::string model : {"siglip-400m+qwen2.5-7b", "internvit-6b+qwen2.5-32b", "siglip-400m+llama3-70b",
-                                  "internvit-6b+qwen2.5-72b"})
-    for (int gpus : {16, 64, 256, 1024}) {
-      if (gpus == 16 && model.find("7") != std::string::npos && model.find("7b") == std::string::npos) continue;
-      benchmark::RegisterBenchmark(("scale/" + model + "/gpus:" + std::to_string(gpus)).c_str(),
-                                   [model, gpus](benchmark::State& state) {
-                                     plan_case(state, "onevision", model, gpus, 8 * gpus);
-                                   })
-          ->Iterations(1)
-          ->Unit(benchmark::kSecond);
-    }
+  // Each case twice: as planned, and (suffix "/whole-stage-recompute") with
+  // recomputation of all of a stage's layers or none, as before partial recomputation.
+  for (const bool partial : {true, false}) {
+    const std::string suffix = partial ? "" : "/whole-stage-recompute";
+    // Every built-in mixture on the demo setting.
+    for (const auto& mixture : mixtures)
+      benchmark::RegisterBenchmark(("mixture/" + mixture + suffix).c_str(), [mixture, partial](benchmark::State& state) {
+        plan_case(state, mixture, "siglip-400m+qwen2.5-7b", 64, 512, partial);
+      })->Iterations(1)->Unit(benchmark::kSecond);
+    // Models x cluster sizes (8 samples per GPU of global batch).
+    for (const std::string model : {"siglip-400m+qwen2.5-7b", "internvit-6b+qwen2.5-32b", "siglip-400m+llama3-70b",
+                                    "internvit-6b+qwen2.5-72b"})
+      for (int gpus : {16, 64, 256, 1024}) {
+        if (gpus == 16 && model.find("7") != std::string::npos && model.find("7b") == std::string::npos) continue;
+        benchmark::RegisterBenchmark(("scale/" + model + "/gpus:" + std::to_string(gpus) + suffix).c_str(),
+                                     [model, gpus, partial](benchmark::State& state) {
+                                       plan_case(state, "onevision", model, gpus, 8 * gpus, partial);
+                                     })
+            ->Iterations(1)
+            ->Unit(benchmark::kSecond);
+      }
+  }
 }
 
 const bool registered = (register_cases(), true);

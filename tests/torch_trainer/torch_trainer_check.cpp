@@ -240,9 +240,14 @@ void calibrates(double scale, std::size_t steps, const std::string& profile, con
     for (const auto& [part, factor] : step["calibration"].items()) {
       const double f = factor.get<double>();
       std::cerr << "step " << step["step"] << " " << part << " factor " << f << "\n";
-      if (!(f > 0 && std::abs(std::log(f * scale)) < std::abs(std::log(scale))))
+      // At least half way (in log) from 1 toward 1 / scale, and not beyond 1 / scale^3:
+      // the profile and this run are timed on a CPU under different load (ctest -j2 on
+      // two cores), which alone has shifted a part's factor up to 3x past 1 / scale.
+      const double moved = -std::log(f) / std::log(scale);  // 0 at 1, 1 at 1 / scale
+      if (!(f > 0 && moved > 0.5 && moved < 3))
         fail("step " + step["step"].dump() + ": factor " + part + " = " + std::to_string(f) +
-             " did not move from 1 toward 1 / " + std::to_string(scale));
+             " did not move from 1 toward 1 / " + std::to_string(scale) + " (moved " + std::to_string(moved) +
+             " of the way in log, expected 0.5 to 3)");
     }
   }
 }

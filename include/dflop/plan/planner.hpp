@@ -160,18 +160,7 @@ public:
   //! or tail batch cannot be packed within the memory budget or the workload's
   //! heaviest sample does not fit alone. Call after `make_plan`, or after `prepare(workload)`.
   [[nodiscard]] std::optional<double> score(const parallel_config& config) {
-    if (scorer_.checks().memory_shortfall(config, scorer_.partitioner(), scorer_.heaviest_samples()) > 0) return std::nullopt;
-    if (!tail_batches_fit(config)) return std::nullopt;
-    const auto layout = scorer_.layouts().layout_of(config, scorer_.partitioner());
-    detail::tail_samples tails;
-    try {
-      const double seconds = scorer_.scoring().simulate_all(layout, scorer_.pack_policy(), scorer_.options().batch, &tails,
-                                                  detail::tail_rule::heaviest);
-      if (scorer_.checks().memory_shortfall(config, scorer_.partitioner(), tails) > 0) return std::nullopt;
-      return seconds;
-    } catch (const memory_cap_error&) {
-      return std::nullopt;
-    }
+    return score_with(config, scorer_.options().batch);
   }
 
   //! Positions in `workload` of the samples that no candidate configuration
@@ -312,6 +301,22 @@ private:
                                               scorer_.pack_policy(), scorer_.options().batch);
   }
 
+  // `score` with slots ordered as `options` say (the scan: Johnson's rule).
+  [[nodiscard]] std::optional<double> score_with(const parallel_config& config, const batch_options& options) {
+    if (scorer_.checks().memory_shortfall(config, scorer_.partitioner(), scorer_.heaviest_samples()) > 0) return std::nullopt;
+    if (!tail_batches_fit(config)) return std::nullopt;
+    const auto layout = scorer_.layouts().layout_of(config, scorer_.partitioner());
+    detail::tail_samples tails;
+    try {
+      const double seconds = scorer_.scoring().simulate_all(layout, scorer_.pack_policy(), options, &tails,
+                                                  detail::tail_rule::heaviest);
+      if (scorer_.checks().memory_shortfall(config, scorer_.partitioner(), tails) > 0) return std::nullopt;
+      return seconds;
+    } catch (const memory_cap_error&) {
+      return std::nullopt;
+    }
+  }
+
   // Whether either module of `config` recomputes activations.
   [[nodiscard]] static bool recomputes(const parallel_config& config) noexcept {
     return config.encoder.recompute || config.llm.recompute;
@@ -321,8 +326,8 @@ private:
   // its tail microbatches into `tails`; seconds. A partly recomputing `config`
   // recomputes more layers (the fewest with which `quick` and the tails fit) and
   // is simulated again while its tails do not fit, at most a few times, then with
-  // full recomputation, as it is when its tail batches (`tail_batches_fit`) do
-  // not pack; the caller checks the tails of what comes back. Counts
+  // full recomputation; the caller checks the tails of what comes back (and,
+  // where it needs them, the tail batches: `fits_tail_batches`). Counts
   // simulations in `simulated` when given. Throws `memory_cap_error` when a
   // batch cannot be packed within the budget.
   double simulate_raising_recomputation(parallel_config& config, const batch_options& options,
@@ -341,12 +346,9 @@ private:
         config = fully_recomputing(config);
         continue;
       }
-      if (!partly_recomputes(config)) return seconds;
-      if (scorer_.checks().memory_shortfall(config, scorer_.partitioner(), tails) <= 0) {
-        if (tail_batches_fit(config)) return seconds;
-        config = fully_recomputing(config);  // the heaviest sampled batches need more than their tails say
-        continue;
-      }
+      if (!partly_recomputes(config) ||
+          scorer_.checks().memory_shortfall(config, scorer_.partitioner(), tails) <= 0)
+        return seconds;
       if (raise == max_raises) {
         config = fully_recomputing(config);
         continue;
@@ -357,6 +359,17 @@ private:
       if (!raised) return seconds;  // even full recomputation misses: the caller sees the shortfall
       config = *raised;
     }
+  }
+
+  // Whether `config`'s tail batches pack within the memory budget; a partly
+  // recomputing `config` that they do not fit becomes fully recomputing when
+  // that fits them (more layers recomputed only lower each microbatch's bytes,
+  // so a count raised later keeps them fitting).
+  [[nodiscard]] bool fits_tail_batches(parallel_config& config) {
+    if (tail_batches_fit(config)) return true;
+    if (!partly_recomputes(config) || !tail_batches_fit(fully_recomputing(config))) return false;
+    config = fully_recomputing(config);
+    return true;
   }
 
   // Whether a module of `config` recomputes only some of each stage's layers.
@@ -455,13 +468,30 @@ private:
         continue;
       }
       auto found = scan_candidate(c, scan_options, statistics, budget == 0 || recomputing < budget);
-      // A new best must also pack the tail batches within the memory budget:
-      // it prunes others by its time, so it must be a plan that can run.
-      const bool new_best = found && (!best || found->seconds < best->iteration_seconds);
-      if (new_best) found->tails_checked = true;
-      if (!found || (new_best && !tail_batches_fit(found->config))) {
+      if (!found) {
         ++statistics.memory_rejected;
         continue;
+      }
+      // A new best must also pack the tail batches within the memory budget:
+      // it prunes others by its time, so it must be a plan that can run.
+      bool new_best = !best || found->seconds < best->iteration_seconds;
+      if (new_best) {
+        const parallel_config scanned_config = found->config;
+        if (!fits_tail_batches(found->config)) {
+          ++statistics.memory_rejected;
+          continue;
+        }
+        if (!(found->config == scanned_config)) {  // now recomputing every layer: scored again
+          ++statistics.simulated;
+          const auto again = score_with(found->config, scan_options);
+          if (!again) {
+            ++statistics.memory_rejected;
+            continue;
+          }
+          found->seconds = *again;
+          new_best = !best || found->seconds < best->iteration_seconds;
+        }
+        found->tails_checked = true;
       }
       ++(found->config.encoder.recompute || found->config.llm.recompute ? recomputing : fitting);
       finalists.push_back(*found);
@@ -482,7 +512,7 @@ private:
     const std::size_t wanted = std::max<std::size_t>(1, settings.finalists);
     std::size_t kept = 0;
     for (std::size_t f = 0; f < finalists.size() && kept < wanted; ++f) {
-      if (finalists[f].tails_checked || tail_batches_fit(finalists[f].config))
+      if (finalists[f].tails_checked || fits_tail_batches(finalists[f].config))  // scored again below
         finalists[kept++] = finalists[f];
       else
         ++statistics.memory_rejected;
@@ -505,10 +535,7 @@ private:
         // The scan checked the tails under the first schedule; others hold other
         // peaks (and may need every layer recomputed where the scan recomputed some).
         parallel_config config = finalist.config;  // may recompute more layers for this order's tails
-        if (s > 0 && !tail_batches_fit(config)) {
-          if (!partly_recomputes(config) || !tail_batches_fit(fully_recomputing(config))) continue;
-          config = fully_recomputing(config);
-        }
+        if (s > 0 && !fits_tail_batches(config)) continue;
         const detail::tail_samples typical = scorer_.scoring().typical_microbatches(config);
         const std::array<detail::microbatch_views, 2> quick{typical, scorer_.heaviest_samples()};
         detail::tail_samples tails;
