@@ -229,3 +229,22 @@ TEST_CASE("in-process started sums complete on the last member and check sizes",
   for (const auto& v : values) CHECK(v == std::vector<double>{6.0, 30.0});
   for (const auto& e : errors) CHECK(e.find("passed") != std::string::npos);
 }
+
+TEST_CASE("a started sum a member never joins times out naming the sum, not a message", "[exec]") {
+  // Rank 1 never starts the sum rank 0 waits for: the watchdog must say what was awaited.
+  std::string text;
+  try {
+    run_inproc(
+        2,
+        [&](inproc_communicator& comm) {
+          if (comm.rank() != 0) return;
+          double value = 1.0;
+          auto started = comm.all_reduce_sum_start(gradient_buffer::of(std::span<double>(&value, 1)));
+          comm.wait(started);
+        },
+        0.2);
+  } catch (const watchdog_timeout& e) {
+    text = e.what();
+  }
+  CHECK(text.find("waiting for a started gradient all-reduce") != std::string::npos);
+}

@@ -45,6 +45,8 @@ struct inproc_request_state {
   virtual ~inproc_request_state() = default;
   std::atomic<bool> done = false;  //!< matched and its copy issued (read without the lock while spinning)
   std::string error;               //!< non-empty when the transfer failed (size mismatch)
+  //! What a wait on it waits for, as a watchdog timeout names it.
+  const char* waits_for = "a message";
 };
 
 //! Sums `parts[1..]` into `parts[0]` in member order, then copies the sum into every

@@ -240,7 +240,7 @@ public:
     for (int spin = 0; spin < 200 && !r->done.load(std::memory_order_acquire); ++spin) std::this_thread::yield();
     {
       std::unique_lock lock(world_->mutex_);
-      world_->wait(lock, global(), [&] { return r->done.load(); }, "a message");
+      world_->wait(lock, global(), [&] { return r->done.load(); }, r->waits_for);
     }
     if (!r->error.empty()) throw error(r->error);
     transport_.order_after(*r, resource);
@@ -270,6 +270,7 @@ public:
     requires std::same_as<Transport, host_transport>
   {
     auto started = std::make_shared<state_type>();
+    started->waits_for = "a started gradient all-reduce";
     if (size() == 1) {
       started->done.store(true);
       return started;

@@ -55,6 +55,7 @@ public:
     std::size_t bytes = 0;                  //!< expected size of a receive
     bool is_receive = false;                //!< whether it is a receive
     bool done = false;                      //!< completed and checked
+    const char* waits_for = "a message";    //!< what a wait on it waits for, as a watchdog timeout names it
   };
   //! Host stages run on the calling thread.
   using resource_type = host_thread;
@@ -131,7 +132,7 @@ public:
   }
   //! Polls until the transfer finished; throws `watchdog_timeout` after the watchdog.
   void wait(request& r, host_thread = {}) {
-    poll([&] { return test(r); }, "a message");
+    poll([&] { return test(r); }, r.waits_for);
   }
 
   //! In-place sum over the communicator (MPI_Iallreduce, polled against the watchdog).
@@ -161,6 +162,7 @@ public:
   //! than 2^30 elements: start such a buffer in parts.
   request all_reduce_sum_start(const gradient_buffer& buffer, host_thread = {}) {
     request r;
+    r.waits_for = "a started gradient all-reduce";
     if (size_ == 1 || buffer.count == 0) {
       r.done = true;
       return r;
