@@ -31,16 +31,22 @@ const std::vector<dflop::sample>& workload(const std::string& mixture) {
   return found->second;
 }
 
+//! How a recomputing module chooses its recomputed layers, for side-by-side figures.
+enum class recompute_rule {
+  per_batch,     //!< as planned by default: the plan's fewest count, lowered per batch where its peaks allow
+  planned_count, //!< the plan's fewest count for every batch (`batch_options::recompute_per_batch` off)
+  whole_stage,   //!< all of a stage's layers, as before partial recomputation
+};
+
 //! Plans once and reports the comparison as counters.
-//! `partial_recompute`: false plans as before partial recomputation (a
-//! recomputing stage recomputes all its layers), for side-by-side figures.
 void plan_case(benchmark::State& state, const std::string& mixture, const std::string& model_name, int gpus,
-               int global_batch, bool partial_recompute) {
+               int global_batch, recompute_rule rule) {
   const auto model = dflop::find_model(model_name);
   const dflop::cluster_spec cluster{gpus, 8, dflop::find_gpu("h100-80gb")};
   dflop::planner_options options;
   options.global_batch = global_batch;
-  options.partial_recompute = partial_recompute;
+  options.partial_recompute = rule != recompute_rule::whole_stage;
+  options.batch.recompute_per_batch = rule == recompute_rule::per_batch;
   dflop::plan result;
   for (auto _ : state) {
     dflop::planner<dflop::flops_cost_model, dflop::analytic_memory_model> planner(
@@ -73,10 +79,13 @@ void plan_case(benchmark::State& state, const std::string& mixture, const std::s
 }
 
 void register_cases() {
-  // Each case twice: as planned, and (suffix "/whole-stage-recompute") with
-  // recomputation of all of a stage's layers or none, as before partial recomputation.
-  for (const bool partial : {true, false}) {
-    const std::string suffix = partial ? "" : "/whole-stage-recompute";
+  // Each case three times: as planned; with the plan's recompute count for
+  // every batch (suffix "/planned-count"); and with recomputation of all of a
+  // stage's layers or none, as before partial recomputation ("/whole-stage-recompute").
+  for (const recompute_rule partial : {recompute_rule::per_batch, recompute_rule::planned_count, recompute_rule::whole_stage}) {
+    const std::string suffix = partial == recompute_rule::per_batch       ? ""
+                               : partial == recompute_rule::planned_count ? "/planned-count"
+                                                                          : "/whole-stage-recompute";
     // Every built-in mixture on the demo setting.
     for (const auto& mixture : mixtures)
       benchmark::RegisterBenchmark(("mixture/" + mixture + suffix).c_str(), [mixture, partial](benchmark::State& state) {

@@ -322,7 +322,7 @@ struct batch_data {
   std::vector<std::vector<std::uint32_t>> llm;    // [llm_replica * m + slot]
   std::vector<std::vector<std::uint32_t>> parts;  // [encoder_replica * m + slot]
   std::vector<std::uint32_t> order;               // slot order (empty: identity)
-  multimodal_batch view() const { return {samples, llm, parts, order}; }
+  multimodal_batch view() const { return {samples, llm, parts, order, {}, {}}; }
 };
 
 // `count` onevision samples (seed `seed`) in `llm_replicas x m` contiguous LLM

@@ -159,3 +159,15 @@ def test_the_memory_budget_and_its_estimate_are_the_plan_files(cli_json, small_t
     assert 0 <= plan.memory_cap["infeasible"] <= plan.memory_cap["capped"] <= plan.memory_cap["batches"]
     scheduled = plan.schedule_batch(samples.to_records()[:64], seed=3)
     assert isinstance(scheduled.memory_capped, bool)
+
+
+def test_planned_recompute_is_the_cli_flag(cli_json, small_trace):
+    path, samples = small_trace
+    expected = cli_json("plan", "--workload", path, "--gpus", 16, "--global-batch", 64, "--batches", 2,
+                        "--planned-recompute")
+    plan = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2,
+                      planned_recompute=True)
+    assert without_timings(plan.to_dict()) == without_timings(expected)
+    assert plan.to_dict()["batch"]["recompute_per_batch"] is False
+    default = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2)
+    assert "recompute_per_batch" not in default.to_dict()["batch"]

@@ -39,6 +39,7 @@ struct plan_command_options {
   std::string schedule = "auto";
   double gradient_bucket_mib = 0;  // 0: one all-reduce per stage after its last op
   bool whole_stage_recompute = false;  // recompute all of a stage's layers or none
+  bool planned_recompute = false;      // every batch recomputes the plan's count (no per-batch counts)
   int batches = 4;
   std::uint64_t seed = 0;
   bool json = false;
@@ -62,6 +63,7 @@ void run_plan(const plan_command_options& options) {
   settings.exclude_unfittable = !options.exclude_unfittable.empty();
   settings.batch.gradient_bucket_bytes = options.gradient_bucket_mib * 1024.0 * 1024.0;
   settings.partial_recompute = !options.whole_stage_recompute;
+  settings.batch.recompute_per_batch = !options.planned_recompute;
   if (!options.json) {
     settings.progress = &std::cerr;
     settings.progress_interactive = dflop::stderr_is_terminal();
@@ -150,6 +152,9 @@ void add_plan_flags(CLI::App& command, plan_command_options& options) {
   command.add_flag("--whole-stage-recompute", options.whole_stage_recompute,
                    "where activations must be recomputed, recompute all of a stage's layers (default: only the "
                    "fewest with which the plan fits, each stage's first ones)");
+  command.add_flag("--planned-recompute", options.planned_recompute,
+                   "every batch recomputes the plan's count of layers (default: each batch only as many as its "
+                   "real in-flight microbatches need, at most the plan's count)");
   command.add_option("--batches", options.batches, "sampled global batches each candidate is scored on")
       ->capture_default_str();
   command.add_option("--seed", options.seed, "sampling and packing seed")->capture_default_str();

@@ -241,10 +241,21 @@ private:
   step_result run(const pipeline_schedule& schedule, const multimodal_batch& batch) {
     this->start_clock();
     check(schedule);
+    check_recomputed("encoder_recomputed", batch.encoder_recomputed.size(), encoders_, encoder_stages_);
+    check_recomputed("llm_recomputed", batch.llm_recomputed.size(), llms_, positions_ - encoder_stages_);
     batch_ = &batch;
     this->begin_step(schedule, schedule.microbatches);
     plan_receives(schedule, batch);
     return this->run_ops(schedule, schedule.rank_ops[role_.position]);
+  }
+
+  // A batch's recompute counts: none, or one per (replica, stage) of the module.
+  static void check_recomputed(const char* what, std::size_t given, std::uint32_t replicas, std::uint32_t stages) {
+    const std::size_t expected = static_cast<std::size_t>(replicas) * stages;
+    if (given != 0 && given != expected)
+      throw error(std::string("multimodal_batch: ") + what + " has " + std::to_string(given) +
+                  " counts for " + std::to_string(replicas) + " replicas x " + std::to_string(stages) +
+                  " stages (expected " + std::to_string(expected) + ", or none)");
   }
 
   // The op loop's questions (see op_loop.hpp).
@@ -259,6 +270,13 @@ private:
     ctx.replica = role_.replica;
     ctx.tp_rank = role_.tp_rank;
     ctx.tp_size = tp_;
+    const auto& counts = role_.encoder() ? batch_->encoder_recomputed : batch_->llm_recomputed;
+    const std::size_t at = static_cast<std::size_t>(role_.replica) * stages_of_module() + role_.stage;
+    ctx.recomputed_layers = at < counts.size() ? counts[at] : 0;
+  }
+  // Stages of this rank's module.
+  [[nodiscard]] std::size_t stages_of_module() const noexcept {
+    return role_.encoder() ? encoder_stages_ : positions_ - encoder_stages_;
   }
   std::size_t output_bytes_for(const pipeline_op&, const microbatch_view& mb) { return output_bytes(mb); }
   // The LLM's first stage (forward) and the encoder's last (backward) pass what

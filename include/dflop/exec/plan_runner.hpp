@@ -52,7 +52,9 @@ struct stage_assignment {
   module_parallelism degrees;      //!< its module's degrees and memory savers (recompute, distributed optimizer)
   //! Recompute the activations of this stage's first this many layers in the
   //! backward (what the plan priced: `module_parallelism::recompute_layers`, or
-  //! all with full recomputation); 0: keep every layer's activations.
+  //! all with full recomputation); 0: keep every layer's activations. The most
+  //! any batch asks: each op's `stage_context::recomputed_layers` says what its
+  //! batch needs (with data-aware recomputation, often fewer).
   std::int64_t recompute_first_layers = 0;
   int rank = 0;                    //!< world rank
 
@@ -79,7 +81,8 @@ struct stage_assignment {
 //! What the multimodal executor runs for `batch`, whose sample numbers index `samples`.
 [[nodiscard]] inline multimodal_batch executable_batch(const batch_schedule& batch,
                                                        std::span<const sample> samples) noexcept {
-  return {samples, batch.llm_microbatches, batch.encoder_parts, batch.slot_order};
+  return {samples, batch.llm_microbatches, batch.encoder_parts, batch.slot_order, batch.encoder_recomputed,
+          batch.llm_recomputed};
 }
 
 namespace detail {

@@ -65,6 +65,11 @@ struct batch_options {
   //! (`multimodal_costs::gradient_bucket_bytes`): what the executors run when the
   //! stages say their buffers final there (`stage_context::gradients_ready`).
   double gradient_bucket_bytes = 0;
+  //! With a memory budget and a plan that recomputes activations: each stage
+  //! replica recomputes only the fewest of its first layers with which this
+  //! batch's real in-flight peak fits (plan/batch_recompute.hpp), never more
+  //! than the plan's count. Off: every batch recomputes the plan's count.
+  bool recompute_per_batch = true;
 
   friend bool operator==(const batch_options&, const batch_options&) = default;
 };

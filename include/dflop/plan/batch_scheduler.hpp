@@ -24,6 +24,7 @@
 #include <dflop/error.hpp>
 #include <dflop/model/multimodal_spec.hpp>
 #include <dflop/plan/batch_options.hpp>
+#include <dflop/plan/batch_recompute.hpp>
 #include <dflop/plan/batch_schedule.hpp>
 #include <dflop/plan/memory_cap.hpp>
 #include <dflop/plan/pack/cost_matrix.hpp>
@@ -54,7 +55,8 @@ public:
   //! \param memory prices gradient bytes per stage  \param pack_policy the packer
   batch_scheduler(const multimodal_spec& model, const cluster_spec& cluster, const Cost& cost, const Memory& memory,
                   Packer pack_policy = {})
-      : model_(&model), cluster_(&cluster), cost_(&cost), memory_(&memory), packer_(std::move(pack_policy)) {}
+      : model_(&model), cluster_(&cluster), cost_(&cost), memory_(&memory), packer_(std::move(pack_policy)),
+        recompute_(memory) {}
 
   //! Schedules `batch` (at least `layout.config.bins()` samples) into `out`, reusing its memory.
   void schedule(const plan_layout& layout, std::span<const sample> batch, const batch_options& options,
@@ -107,14 +109,16 @@ public:
     pack_bins(batch, static_cast<std::size_t>(layout.config.bins()), options);
     assign_slots(layout.config, options.assignment, out);
     if (!split_encoder_work(layout.config, batch, out)) throw_encoder_failure();
+    batch_recompute<Memory>::as_planned(layout, out);
   }
 
   //! Prices and simulates `out` as it stands (its microbatches, encoder parts and
   //! slot order kept) with this scheduler's cost model and cluster: what a batch
   //! scheduled earlier takes under a refined model or other links. `out` must have
   //! been scheduled for `layout` from `batch`; `options` gives the weight-gradient
-  //! share. Sets `out.costs` and `out.predicted_seconds`. Throws `input_error` when
-  //! `out` was scheduled for another configuration.
+  //! share. Its recompute counts are kept (the layout's when it has none). Sets
+  //! `out.costs` and `out.predicted_seconds`. Throws `input_error` when `out` was
+  //! scheduled for another configuration.
   void reprice(const plan_layout& layout, std::span<const sample> batch, const batch_options& options,
                batch_schedule& out) {
     if (out.config != layout.config) {
@@ -122,6 +126,9 @@ public:
       text << "reprice: the batch was scheduled for " << out.config << ", the layout is " << layout.config;
       throw input_error("batch_schedule", 0, text.str());
     }
+    if (out.encoder_recomputed.size() != static_cast<std::size_t>(layout.config.encoder.dp * layout.config.encoder.pp) ||
+        out.llm_recomputed.size() != static_cast<std::size_t>(layout.config.llm.dp * layout.config.llm.pp))
+      batch_recompute<Memory>::as_planned(layout, out);
     fill_costs(layout, batch, options, out);
     simulator_.simulate(layout.schedule, out.costs, result_, out.slot_order);
     out.predicted_seconds = result_.makespan;
@@ -137,14 +144,24 @@ public:
 
 private:
   // Assigns, splits, prices, orders and simulates; false (nothing priced) when
-  // the encoder parts of this assignment cannot fit the memory budget.
+  // the encoder parts of this assignment cannot fit the memory budget. With
+  // data-aware recomputation the ordered batch's counts are lowered where its
+  // real peaks allow, and the batch is priced and simulated again in its order
+  // (the order was chosen with the plan's counts: fewer recomputed layers only
+  // shorten backward ops).
   bool finish(const plan_layout& layout, std::span<const sample> batch, const batch_options& options,
               slot_assignment assignment, batch_schedule& out, bool repair = true) {
     out.config = layout.config;
     assign_slots(layout.config, assignment, out);
     if (!split_encoder_work(layout.config, batch, out, repair)) return false;
+    batch_recompute<Memory>::as_planned(layout, out);
     fill_costs(layout, batch, options, out);
     order_and_simulate(layout, options, out);
+    if (options.recompute_per_batch && cap_ && recompute_.choose(layout, batch, cap_->budget(), out)) {
+      fill_costs(layout, batch, options, out);
+      simulator_.simulate(layout.schedule, out.costs, result_, out.slot_order);
+      out.predicted_seconds = result_.makespan;
+    }
     return true;
   }
 
@@ -523,8 +540,8 @@ private:
   // Fills one module's cost tables from its microbatches.
   template <class Microbatches>
   void fill_module(module_kind kind, const module_plan& plan, const rank_layout& ranks, std::span<const sample> batch,
-                   std::uint32_t m, const Microbatches& microbatches, bool split_backward, double weight_share,
-                   module_costs& costs) {
+                   std::uint32_t m, const Microbatches& microbatches, const std::vector<std::uint32_t>& recomputed,
+                   bool split_backward, double weight_share, module_costs& costs) {
     const module_parallelism& d = plan.degrees;
     const auto stages = static_cast<std::uint32_t>(d.pp);
     costs.stages = stages;
@@ -555,7 +572,7 @@ private:
         for (std::uint32_t s = 0; s < stages; ++s) {
           const std::size_t at = costs.at(q, k, s, m);
           const stage_slice slice = plan.slice(static_cast<int>(s));
-          const pass_time time = unit.stage_recomputing(slice, recomputed_layers(d, slice.layers));
+          const pass_time time = unit.stage_recomputing(slice, recomputed[q * stages + s]);
           costs.forward[at] = time.forward;
           if (split_backward) {
             costs.weight[at] = time.backward * weight_share;
@@ -591,13 +608,13 @@ private:
     costs.gradient_bucket_bytes = options.gradient_bucket_bytes;
     const bool split = layout.schedule.split_backward;
     if (c.has_encoder()) {
-      fill_module(module_kind::encoder, layout.encoder, ranks, batch, m, out.encoder_parts, split,
-                  options.weight_gradient_share, costs.encoder);
+      fill_module(module_kind::encoder, layout.encoder, ranks, batch, m, out.encoder_parts, out.encoder_recomputed,
+                  split, options.weight_gradient_share, costs.encoder);
     } else {
       costs.encoder = module_costs{};  // no encoder: no stages, no replicas, no ops
       costs.encoder.replicas = 0;
     }
-    fill_module(module_kind::llm, layout.llm, ranks, batch, m, out.llm_microbatches, split,
+    fill_module(module_kind::llm, layout.llm, ranks, batch, m, out.llm_microbatches, out.llm_recomputed, split,
                 options.weight_gradient_share, costs.llm);
 
     // Hand-offs: each encoder replica sends each LLM replica the projected tokens
@@ -660,6 +677,7 @@ private:
   batch_schedule alternative_;
   multimodal_simulator simulator_;
   simulation_result result_;
+  batch_recompute<Memory> recompute_;  // data-aware recompute counts
   // The memory budget of the batch being scheduled.
   std::optional<memory_cap<Memory>> cap_;
   bin_caps caps_;

@@ -56,8 +56,9 @@ inline constexpr int plan_file_version = 1;
 }
 
 //! Per-batch options: {"assignment", "order", "order_budget", "seed",
-//! "weight_gradient_share", "memory_budget_bytes"}, and "gradient_bucket_bytes"
-//! when set (plans without overlapped reduction read and print as before).
+//! "weight_gradient_share", "memory_budget_bytes"}, "gradient_bucket_bytes"
+//! when set (plans without overlapped reduction read and print as before), and
+//! "recompute_per_batch": false when data-aware recomputation is off.
 [[nodiscard]] inline nlohmann::ordered_json to_json(const batch_options& options) {
   nlohmann::ordered_json out{{"assignment", std::string(to_string(options.assignment))},
                              {"order", std::string(to_string(options.order))},
@@ -66,6 +67,7 @@ inline constexpr int plan_file_version = 1;
                              {"weight_gradient_share", options.weight_gradient_share},
                              {"memory_budget_bytes", options.memory_budget_bytes}};
   if (options.gradient_bucket_bytes > 0) out["gradient_bucket_bytes"] = options.gradient_bucket_bytes;
+  if (!options.recompute_per_batch) out["recompute_per_batch"] = false;
   return out;
 }
 
