@@ -30,6 +30,8 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
+#include <numeric>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -69,38 +71,59 @@ struct layer_memory {
 };
 static_assert(memory_model_with_choices<layer_memory>);
 
-// What stage replica (kind, q, s) of `out` needs at its peak with `r` of its
-// layers recomputed: its op list walked, the held microbatches' bytes summed by
-// the closed form (no decomposition into kept and working parts).
-std::int64_t peak_bytes(const layer_memory& memory, const plan_layout& layout, const batch_schedule& out,
-                        std::span<const sample> batch, module_kind kind, int q, int s, std::int64_t r) {
+// Stage replica (kind, q, s) of `out`, counted by hand: its microbatches' tokens
+// by execution position and the microbatches it holds at each forward.
+struct stage_holdings {
+  std::vector<std::int64_t> tokens;              // by execution position
+  std::vector<std::vector<std::uint32_t>> held;  // per forward of the op list
+  std::int64_t layers = 0;
+};
+
+stage_holdings holdings(const plan_layout& layout, const batch_schedule& out, std::span<const sample> batch,
+                        module_kind kind, int q, int s) {
   const module_plan& plan = kind == module_kind::encoder ? layout.encoder : layout.llm;
-  const stage_slice slice = plan.slice(s);
   const auto m = static_cast<std::size_t>(layout.config.microbatches);
-  std::vector<std::int64_t> tokens(m, 0);
+  stage_holdings h;
+  h.layers = plan.slice(s).layers;
+  h.tokens.assign(m, 0);
   for (std::size_t j = 0; j < m; ++j) {
     const auto& members = kind == module_kind::encoder ? out.encoder_parts[q * m + out.slot_order[j]]
                                                        : out.llm_microbatches[q * m + out.slot_order[j]];
     for (std::uint32_t i : members)
-      tokens[j] += kind == module_kind::encoder ? batch[i].encoder_tokens : batch[i].llm_tokens;
+      h.tokens[j] += kind == module_kind::encoder ? batch[i].encoder_tokens : batch[i].llm_tokens;
   }
   std::vector<std::uint32_t> held;
-  std::int64_t peak = memory.weights * slice.layers;
   for (const pipeline_op& op : layout.schedule.rank_ops[static_cast<std::size_t>(layout.position(kind, s))]) {
     if (op.kind == op_kind::forward) {
       held.push_back(op.microbatch);
-      std::int64_t bytes = memory.weights * slice.layers, largest = 0;
-      for (std::uint32_t j : held) {
-        bytes += tokens[j] * ((slice.layers - r) * memory.full + r * memory.input);
-        largest = std::max(largest, tokens[j]);
-      }
-      if (r > 0) bytes += largest * memory.full;
-      peak = std::max(peak, bytes);
+      h.held.push_back(held);
     } else if (op.kind == op_kind::backward) {
       held.erase(std::find(held.begin(), held.end(), op.microbatch));
     }
   }
+  return h;
+}
+
+// The stage's peak bytes with `counts[j]` layers recomputed for microbatch j
+// (the closed form: no decomposition into kept and working parts).
+std::int64_t peak_bytes(const layer_memory& memory, const stage_holdings& h, const std::vector<std::int64_t>& counts) {
+  std::int64_t peak = memory.weights * h.layers;
+  for (const auto& held : h.held) {
+    std::int64_t bytes = memory.weights * h.layers, working = 0;
+    for (std::uint32_t j : held) {
+      bytes += h.tokens[j] * ((h.layers - counts[j]) * memory.full + counts[j] * memory.input);
+      if (counts[j] > 0) working = std::max(working, h.tokens[j] * memory.full);
+    }
+    peak = std::max(peak, bytes + working);
+  }
   return peak;
+}
+
+// Bytes the counts free against keeping every layer: what recomputation costs, in bytes.
+std::int64_t freed_bytes(const layer_memory& memory, const stage_holdings& h, const std::vector<std::int64_t>& counts) {
+  std::int64_t freed = 0;
+  for (std::size_t j = 0; j < counts.size(); ++j) freed += h.tokens[j] * counts[j] * (memory.full - memory.input);
+  return freed;
 }
 
 // A layout of the small model: both modules recompute, random depths and replicas.
@@ -137,19 +160,19 @@ struct recompute_fixture {
 
 }  // namespace
 
-TEST_CASE("each stage replica recomputes the fewest layers with which its real peak fits: a linear scan agrees",
+TEST_CASE("per-microbatch counts fit, stay within the plan's, cannot drop one by one, beat one count for all; "
+          "one count per stage replica is the fewest that fits",
           "[plan][memory][property]") {
   recompute_fixture fixture;
   random_generator random(20261206);
   const auto workload = test::small_workload(600, 3);
-  std::size_t checked = 0, lowered = 0, partly = 0, kept = 0;
+  std::size_t checked = 0, lowered = 0, partly = 0, kept = 0, mixed = 0;
   for (int trial = 0; trial < 120; ++trial) {
     const std::string schedule = random.below(2) == 0 ? "1f1b" : "zb-h1";
     const plan_layout layout = random_layout(random, schedule);
     INFO("trial " << trial << ": " << layout.config << ", " << schedule);
     const auto batch = sample_batch(workload, static_cast<std::size_t>(layout.config.bins()) * 3,
                                     batch_mode::without_replacement, static_cast<std::uint64_t>(trial));
-    // A budget between "nothing recomputed fits some stage" and "the plan's count is needed".
     batch_options options;
     options.assignment = slot_assignment::balanced;
     options.order = order_policy::identity;
@@ -163,36 +186,70 @@ TEST_CASE("each stage replica recomputes the fewest layers with which its real p
     batch_options planned = options;
     planned.recompute_per_batch = false;
     fixture.scheduler.schedule(layout, batch, planned, off);
+    batch_options one_count = options;
+    one_count.recompute_per_microbatch = false;
+    batch_schedule per_stage;
+    fixture.scheduler.schedule(layout, batch, one_count, per_stage);
     REQUIRE(on.llm_microbatches == off.llm_microbatches);  // the same packing, split and order
+    REQUIRE(on.llm_microbatches == per_stage.llm_microbatches);
     REQUIRE(on.encoder_parts == off.encoder_parts);
     REQUIRE(on.slot_order == off.slot_order);
+    const int m = layout.config.microbatches;
+    const std::int64_t budget = options.memory_budget_bytes;
     for (module_kind kind : all_module_kinds) {
       const module_plan& plan = kind == module_kind::encoder ? layout.encoder : layout.llm;
       REQUIRE((kind == module_kind::encoder ? on.encoder_recomputed : on.llm_recomputed).size() ==
-              static_cast<std::size_t>(plan.degrees.dp * plan.degrees.pp));
+              static_cast<std::size_t>(plan.degrees.dp * m * plan.degrees.pp));
       for (int q = 0; q < plan.degrees.dp; ++q)
         for (int s = 0; s < plan.degrees.pp; ++s) {
-          const std::int64_t most = recomputed_layers(plan.degrees, plan.slice(s).layers);
-          std::int64_t expected = most;
+          const stage_holdings h = holdings(layout, on, batch, kind, q, s);
+          const std::int64_t most = recomputed_layers(plan.degrees, h.layers);
+          std::vector<std::int64_t> counts(static_cast<std::size_t>(m));
+          for (int j = 0; j < m; ++j) {
+            const int slot = static_cast<int>(on.slot_order[static_cast<std::size_t>(j)]);
+            counts[static_cast<std::size_t>(j)] = on.recomputed(kind, q, slot, s);
+            CHECK(off.recomputed(kind, q, slot, s) == most);
+          }
+          std::vector<std::int64_t> per_stage_counts(counts.size());
+          for (int j = 0; j < m; ++j)
+            per_stage_counts[static_cast<std::size_t>(j)] =
+                per_stage.recomputed(kind, q, static_cast<int>(on.slot_order[static_cast<std::size_t>(j)]), s);
+          // The fewest count for all microbatches, by a linear scan.
+          std::int64_t uniform = most;
           for (std::int64_t r = 0; r < most; ++r)
-            if (peak_bytes(fixture.memory, layout, on, batch, kind, q, s, r) <= options.memory_budget_bytes) {
-              expected = r;
+            if (peak_bytes(fixture.memory, h, std::vector<std::int64_t>(counts.size(), r)) <= budget) {
+              uniform = r;
               break;
             }
-          INFO(to_string(kind) << " replica " << q << " stage " << s << " of " << plan.slice(s).layers
-                               << " layers, the plan's count " << most);
-          CHECK(off.recomputed(kind, q, s) == most);
-          CHECK(on.recomputed(kind, q, s) == expected);
-          CHECK(peak_bytes(fixture.memory, layout, on, batch, kind, q, s, on.recomputed(kind, q, s)) <=
-                options.memory_budget_bytes);
+          INFO(to_string(kind) << " replica " << q << " stage " << s << " of " << h.layers << " layers, the plan's count "
+                               << most << ", one count for all " << uniform);
+          CHECK(peak_bytes(fixture.memory, h, counts) <= budget);
+          // One count per stage replica: the fewest for all.
+          CHECK(per_stage_counts == std::vector<std::int64_t>(counts.size(), uniform));
+          CHECK(*std::max_element(counts.begin(), counts.end()) <= most);
+          CHECK(freed_bytes(fixture.memory, h, counts) <=
+                freed_bytes(fixture.memory, h, std::vector<std::int64_t>(counts.size(), uniform)));
+          const bool one_for_all = std::all_of(counts.begin(), counts.end(), [&](std::int64_t c) { return c == uniform; });
+          if (!one_for_all) {
+            // Chosen per microbatch: lowering any one count breaks the budget.
+            for (std::size_t j = 0; j < counts.size(); ++j) {
+              if (counts[j] == 0) continue;
+              auto lower = counts;
+              --lower[j];
+              CHECK(peak_bytes(fixture.memory, h, lower) > budget);
+            }
+            ++mixed;
+          }
           ++checked;
-          if (expected < most) ++lowered;
-          if (expected > 0 && expected < most) ++partly;
-          if (expected == most) ++kept;
+          const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
+          if (total < most * m) ++lowered;
+          if (total > 0 && total < most * m) ++partly;
+          if (*std::max_element(counts.begin(), counts.end()) == most) ++kept;
         }
     }
     // Fewer recomputed layers only shorten backward ops: never slower.
     CHECK(on.predicted_seconds <= off.predicted_seconds * (1 + 1e-12));
+    CHECK(per_stage.predicted_seconds <= off.predicted_seconds * (1 + 1e-12));
     // Repricing keeps the batch's counts.
     batch_schedule again = on;
     fixture.scheduler.reprice(layout, batch, options, again);
@@ -200,10 +257,11 @@ TEST_CASE("each stage replica recomputes the fewest layers with which its real p
     CHECK(again.llm_recomputed == on.llm_recomputed);
     CHECK(again.predicted_seconds == Approx(on.predicted_seconds).epsilon(1e-12));
   }
-  INFO(checked << " stage replicas: " << lowered << " lowered (" << partly << " to part of their layers), " << kept
-               << " at the plan's count");
+  INFO(checked << " stage replicas: " << lowered << " lowered (" << partly << " keeping some layers, " << mixed
+               << " per microbatch), " << kept << " with some microbatch at the plan's count");
   CHECK(lowered > 20);  // the cases cover every outcome
   CHECK(partly > 5);
+  CHECK(mixed > 5);
   CHECK(kept > 5);
 }
 
@@ -234,7 +292,8 @@ TEST_CASE("a lowered count prices the stage's backward with that many recomputed
         for (std::uint32_t i : members) gathered.push_back(batch[i]);
         const module_cost unit = fixture.cost.estimate_time(module_kind::llm, 1, gathered);
         for (int s = 0; s < layout.llm.degrees.pp; ++s) {
-          const pass_time time = unit.stage_recomputing(layout.llm.slice(s), out.recomputed(module_kind::llm, q, s));
+          const pass_time time =
+              unit.stage_recomputing(layout.llm.slice(s), out.recomputed(module_kind::llm, q, static_cast<int>(k), s));
           const std::size_t at = out.costs.llm.at(static_cast<std::uint32_t>(q), k, static_cast<std::uint32_t>(s), m);
           CHECK(out.costs.llm.backward[at] == Approx(time.backward).epsilon(1e-12));
           CHECK(out.costs.llm.forward[at] == Approx(time.forward).epsilon(1e-12));
@@ -247,11 +306,12 @@ TEST_CASE("a lowered count prices the stage's backward with that many recomputed
 
 namespace {
 
-// Records the count each op is told, per (module, replica, stage); moves the
-// bytes `sleep_module_stage` moves and sleeps for none of its costs.
+// Records the count each op is told, per (module, replica, stage, schedule
+// microbatch); moves the bytes `sleep_module_stage` moves and sleeps for none of its costs.
 class recording_stage : public test::sleep_module_stage {
 public:
-  using seen_map = std::map<std::tuple<bool, std::uint32_t, std::uint32_t>, std::vector<std::uint32_t>>;
+  using seen_map =
+      std::map<std::tuple<bool, std::uint32_t, std::uint32_t, std::uint32_t>, std::vector<std::uint32_t>>;
   recording_stage(const multimodal_costs* costs, bool encoder, std::uint32_t stage, seen_map* seen, std::mutex* mutex)
       : sleep_module_stage(costs, encoder, stage), encoder_(encoder), stage_(stage), seen_(seen), mutex_(mutex) {}
   void forward(stage_context& ctx) { record(ctx); }
@@ -261,7 +321,7 @@ public:
 private:
   void record(const stage_context& ctx) {
     std::lock_guard lock(*mutex_);
-    (*seen_)[{encoder_, ctx.replica, stage_}].push_back(ctx.recomputed_layers);
+    (*seen_)[{encoder_, ctx.replica, stage_, ctx.microbatch}].push_back(ctx.recomputed_layers);
   }
   bool encoder_;
   std::uint32_t stage_;
@@ -271,7 +331,7 @@ private:
 
 }  // namespace
 
-TEST_CASE("the executor tells every op of a stage replica its batch's count", "[exec][plan]") {
+TEST_CASE("the executor tells every op its microbatch's count on its stage replica", "[exec][plan]") {
   recompute_fixture fixture;
   random_generator random(11);
   const auto workload = test::small_workload(600, 9);
@@ -296,6 +356,7 @@ TEST_CASE("the executor tells every op of a stage replica its batch's count", "[
       std::fill(module->weight.begin(), module->weight.end(), 0.0);
     }
     const world_layout world(layout.config);
+    std::set<std::uint32_t> distinct;  // counts told (the cases must see more than one)
     recording_stage::seen_map seen;
     std::mutex mutex;
     run_inproc(world.world_size(), [&](inproc_communicator& comm) {
@@ -307,14 +368,17 @@ TEST_CASE("the executor tells every op of a stage replica its batch's count", "[
     for (module_kind kind : all_module_kinds) {
       const module_plan& plan = kind == module_kind::encoder ? layout.encoder : layout.llm;
       for (int q = 0; q < plan.degrees.dp; ++q)
-        for (int s = 0; s < plan.degrees.pp; ++s) {
-          const auto& told = seen[{kind == module_kind::encoder, static_cast<std::uint32_t>(q),
-                                   static_cast<std::uint32_t>(s)}];
-          REQUIRE_FALSE(told.empty());
-          for (std::uint32_t count : told) CHECK(count == out.recomputed(kind, q, s));
-        }
+        for (int s = 0; s < plan.degrees.pp; ++s)
+          for (std::uint32_t j = 0; j < static_cast<std::uint32_t>(layout.config.microbatches); ++j) {
+            const auto& told = seen[{kind == module_kind::encoder, static_cast<std::uint32_t>(q),
+                                     static_cast<std::uint32_t>(s), j}];
+            REQUIRE_FALSE(told.empty());
+            const int slot = static_cast<int>(out.slot_order[j]);
+            for (std::uint32_t count : told) CHECK(count == out.recomputed(kind, q, slot, s));
+            distinct.insert(out.recomputed(kind, q, slot, s));
+          }
     }
-    ++runs;
+    if (distinct.size() > 1) ++runs;
   }
   CHECK(runs >= 4);
 }
@@ -372,12 +436,13 @@ TEST_CASE("a plan says when every batch keeps the plan's count; schedule_batch f
       for (module_kind kind : all_module_kinds) {
         const module_plan& plan = kind == module_kind::encoder ? layout.encoder : layout.llm;
         for (int q = 0; q < plan.degrees.dp; ++q)
-          for (int s = 0; s < plan.degrees.pp; ++s) {
-            const auto most = static_cast<std::uint32_t>(recomputed_layers(plan.degrees, plan.slice(s).layers));
-            CHECK(batch.recomputed(kind, q, s) <= most);
-            if (!per_batch) CHECK(batch.recomputed(kind, q, s) == most);
-            below += batch.recomputed(kind, q, s) < most ? 1 : 0;
-          }
+          for (int k = 0; k < layout.config.microbatches; ++k)
+            for (int s = 0; s < plan.degrees.pp; ++s) {
+              const auto most = static_cast<std::uint32_t>(recomputed_layers(plan.degrees, plan.slice(s).layers));
+              CHECK(batch.recomputed(kind, q, k, s) <= most);
+              if (!per_batch) CHECK(batch.recomputed(kind, q, k, s) == most);
+              below += batch.recomputed(kind, q, k, s) < most ? 1 : 0;
+            }
       }
     }
     if (per_batch) CHECK(below > 0);  // the small cluster's batches need less than the plan's tails

@@ -234,13 +234,20 @@ TEST_CASE("memory savers are turned on only where a configuration does not fit w
   CHECK(json["config"]["llm"]["recompute"] == chosen.llm.recompute);
   CHECK(json["config"]["encoder"]["distributed_optimizer"] == chosen.encoder.distributed_optimizer);
 
-  // Recomputation costs time: the same configuration scores slower with it.
-  auto roomy = make_planner(model, dflop::test::small_cluster(8, 4), options);
+  // Recomputation costs time: the same configuration scores slower with it,
+  // when every batch recomputes the plan's count...
+  auto planned_options = options;
+  planned_options.batch.recompute_per_batch = false;
+  auto roomy = make_planner(model, dflop::test::small_cluster(8, 4), planned_options);
   roomy.prepare(workload);
   parallel_config fast{{1, 1, 2}, {1, 2, 3}, 4};
   parallel_config recomputing = fast;
   recomputing.llm.recompute = true;
   CHECK(*roomy.score(recomputing) > *roomy.score(fast));
+  // ... and none when batches choose their own counts: on a roomy GPU nothing needs recomputing.
+  auto roomy_per_batch = make_planner(model, dflop::test::small_cluster(8, 4), options);
+  roomy_per_batch.prepare(workload);
+  CHECK(*roomy_per_batch.score(recomputing) == *roomy_per_batch.score(fast));
   parallel_config sharded = fast;
   sharded.llm.distributed_optimizer = true;
   CHECK(*roomy.score(sharded) == *roomy.score(fast));

@@ -43,10 +43,10 @@ struct multimodal_batch {
   std::span<const std::vector<std::uint32_t>> llm_microbatches;  //!< `[llm_replica * m + slot]`: sample indices
   std::span<const std::vector<std::uint32_t>> encoder_parts;     //!< `[encoder_replica * m + slot]`: samples it encodes
   std::span<const std::uint32_t> slot_order;  //!< schedule microbatch j runs slot `slot_order[j]` (empty: slot j)
-  //! `[encoder_replica * encoder stages + stage]`: layers that stage replica
-  //! recomputes in this batch (`batch_schedule::encoder_recomputed`; empty: 0).
+  //! `[(encoder_replica * m + slot) * encoder stages + stage]`: layers that stage
+  //! replica recomputes for that slot's microbatch (`batch_schedule::encoder_recomputed`; empty: 0).
   std::span<const std::uint32_t> encoder_recomputed;
-  //! `[llm_replica * llm stages + stage]`: the same for the LLM (`batch_schedule::llm_recomputed`).
+  //! `[(llm_replica * m + slot) * llm stages + stage]`: the same for the LLM (`batch_schedule::llm_recomputed`).
   std::span<const std::uint32_t> llm_recomputed;
 
   //! The slot schedule microbatch `j` runs.

@@ -241,21 +241,24 @@ private:
   step_result run(const pipeline_schedule& schedule, const multimodal_batch& batch) {
     this->start_clock();
     check(schedule);
-    check_recomputed("encoder_recomputed", batch.encoder_recomputed.size(), encoders_, encoder_stages_);
-    check_recomputed("llm_recomputed", batch.llm_recomputed.size(), llms_, positions_ - encoder_stages_);
+    check_recomputed("encoder_recomputed", batch.encoder_recomputed.size(), encoders_, schedule.microbatches,
+                     encoder_stages_);
+    check_recomputed("llm_recomputed", batch.llm_recomputed.size(), llms_, schedule.microbatches,
+                     positions_ - encoder_stages_);
     batch_ = &batch;
     this->begin_step(schedule, schedule.microbatches);
     plan_receives(schedule, batch);
     return this->run_ops(schedule, schedule.rank_ops[role_.position]);
   }
 
-  // A batch's recompute counts: none, or one per (replica, stage) of the module.
-  static void check_recomputed(const char* what, std::size_t given, std::uint32_t replicas, std::uint32_t stages) {
-    const std::size_t expected = static_cast<std::size_t>(replicas) * stages;
+  // A batch's recompute counts: none, or one per (replica, slot, stage) of the module.
+  static void check_recomputed(const char* what, std::size_t given, std::uint32_t replicas, std::uint32_t m,
+                               std::uint32_t stages) {
+    const std::size_t expected = static_cast<std::size_t>(replicas) * m * stages;
     if (given != 0 && given != expected)
-      throw error(std::string("multimodal_batch: ") + what + " has " + std::to_string(given) +
-                  " counts for " + std::to_string(replicas) + " replicas x " + std::to_string(stages) +
-                  " stages (expected " + std::to_string(expected) + ", or none)");
+      throw error(std::string("multimodal_batch: ") + what + " has " + std::to_string(given) + " counts for " +
+                  std::to_string(replicas) + " replicas x " + std::to_string(m) + " slots x " +
+                  std::to_string(stages) + " stages (expected " + std::to_string(expected) + ", or none)");
   }
 
   // The op loop's questions (see op_loop.hpp).
@@ -264,14 +267,16 @@ private:
     return microbatch_view(batch_->samples, samples_of(op.microbatch, *batch_));
   }
   stage_type& stage_for(const pipeline_op&) noexcept { return stage_; }
-  void describe(context& ctx, const pipeline_op&) const noexcept {
+  void describe(context& ctx, const pipeline_op& op) const noexcept {
     ctx.stage = role_.position;
     ctx.stages = positions_;
     ctx.replica = role_.replica;
     ctx.tp_rank = role_.tp_rank;
     ctx.tp_size = tp_;
     const auto& counts = role_.encoder() ? batch_->encoder_recomputed : batch_->llm_recomputed;
-    const std::size_t at = static_cast<std::size_t>(role_.replica) * stages_of_module() + role_.stage;
+    const std::size_t m = batch_->llm_microbatches.size() / llms_;
+    const std::size_t at =
+        (static_cast<std::size_t>(role_.replica) * m + batch_->slot(op.microbatch)) * stages_of_module() + role_.stage;
     ctx.recomputed_layers = at < counts.size() ? counts[at] : 0;
   }
   // Stages of this rank's module.

@@ -99,12 +99,13 @@ struct basic_stage_context {
   //! weight pass): its gradients become final as this op writes them.
   bool final_gradients = false;
   detail::gradient_sink* gradient_sink = nullptr;  //!< the executor's overlapped reduction (null: none)
-  //! How many of this stage's first layers recompute their forward in this
-  //! batch's backward (keep only their inputs in F); 0: keep every layer's
-  //! activations. The batch's data-aware count (`batch_schedule::encoder_recomputed`
-  //! / `llm_recomputed`: at most the plan's, fewer where the batch's real
-  //! in-flight peak allows), the same for every op of the step: what the
-  //! prediction priced and the memory budget was checked with.
+  //! How many of this stage's first layers recompute their forward for this
+  //! microbatch (F keeps only their inputs, B recomputes them); 0: keep every
+  //! layer's activations. The batch's data-aware count
+  //! (`batch_schedule::encoder_recomputed` / `llm_recomputed`: at most the
+  //! plan's, fewer where what the stage holds at once allows), the same in
+  //! every op of one microbatch: what the prediction priced and the memory
+  //! budget was checked with.
   std::uint32_t recomputed_layers = 0;
 
   //! First model stage (no input activation)?

@@ -66,10 +66,16 @@ struct batch_options {
   //! stages say their buffers final there (`stage_context::gradients_ready`).
   double gradient_bucket_bytes = 0;
   //! With a memory budget and a plan that recomputes activations: each stage
-  //! replica recomputes only the fewest of its first layers with which this
-  //! batch's real in-flight peak fits (plan/batch_recompute.hpp), never more
-  //! than the plan's count. Off: every batch recomputes the plan's count.
+  //! replica recomputes, for each microbatch, only as many of its first layers
+  //! as the microbatches it really holds at once in this batch need
+  //! (plan/batch_recompute.hpp), never more than the plan's count. Off: every
+  //! batch recomputes the plan's count.
   bool recompute_per_batch = true;
+  //! With `recompute_per_batch`: a count per microbatch (true), or one count
+  //! for all of a stage replica's microbatches in the batch (false: cheaper to
+  //! choose; the planner's scan ranks configurations so, its finalists and
+  //! `schedule_batch` as set here).
+  bool recompute_per_microbatch = true;
 
   friend bool operator==(const batch_options&, const batch_options&) = default;
 };

@@ -1,26 +1,38 @@
 // SPDX-License-Identifier: Apache-2.0
 //! \file
 //! Data-aware activation recomputation: how many of its first layers each
-//! stage replica recomputes in one scheduled batch.
+//! stage replica recomputes for each microbatch of one scheduled batch.
 //!
 //! The plan's recompute count (`module_parallelism::recompute_layers`) is priced
 //! the way memory caps are priced: every in-flight microbatch of a stage as
-//! heavy as the heaviest. That is safe for any batch but pessimistic: the
-//! microbatches a stage really holds at once are those its op list has
-//! forwarded and not yet backpropagated (`peak_activations`' rule), in the
-//! batch's slot order, and they are rarely all heavy. Once a batch is packed and
-//! ordered, its exact peaks are known, so each (stage, replica) can recompute
-//! only the fewest layers with which its real peak fits the memory budget; the
-//! plan's count stays the ceiling (it fits by construction), so a batch never
-//! recomputes more than the plan said.
+//! heavy as the heaviest. That is safe for any batch but pessimistic twice
+//! over: the microbatches a stage really holds at once are those its op list
+//! has forwarded and not yet backpropagated (`peak_activations`' rule), in the
+//! batch's slot order, and they are rarely all heavy; and a stage only needs to
+//! free memory while it holds a heavy set, not for every microbatch. Once a
+//! batch is packed and ordered its exact holdings are known, so each
+//! (stage replica, microbatch) recomputes only what those holdings need:
+//!
+//! 1. each forward of the op list is an event, holding a known set of
+//!    microbatches; an event over the budget raises, one layer at a time, the
+//!    count of the held microbatch whose next layer frees the most bytes, until
+//!    it fits (repeated until no event is over, as a first recomputed layer adds
+//!    a working set to the events before it);
+//! 2. each count is then lowered while every event holding its microbatch
+//!    still fits (repeated until none can be), so no single count can drop;
+//! 3. the result is kept unless one count for all microbatches (the fewest
+//!    that fits, found by bisection) frees fewer bytes in total: the bytes a
+//!    recomputed layer frees grow with its tokens, as its forward time does,
+//!    so bytes freed stand for the recomputation time added.
+//! The plan's count stays the ceiling (it fits by construction), so a batch
+//! never recomputes more than the plan said.
 //!
 //! Exactness needs a memory model whose activations are affine in the number
 //! in flight: `in_flight` microbatches like X need `in_flight x kept(X) +
 //! working(X)` (kept: what a microbatch stores for its backward; working:
 //! what recomputing one needs while it runs), as `analytic_memory_model`
 //! counts. The two parts are read off the model at 1 and 2 in flight; a stage
-//! holding microbatches X1..Xk needs the sum of their kept bytes plus the
-//! largest working set.
+//! holding X1..Xk needs the sum of their kept bytes plus the largest working set.
 #pragma once
 
 #include <dflop/cost/memory_model.hpp>
@@ -30,7 +42,6 @@
 #include <dflop/plan/parallel_config.hpp>
 #include <dflop/plan/plan_layout.hpp>
 #include <dflop/schedule/op.hpp>
-#include <dflop/util/saturating.hpp>
 #include <dflop/workload/sample.hpp>
 
 #include <algorithm>
@@ -49,124 +60,320 @@ public:
   //! \param memory prices stages (see the file comment for what exactness needs)
   explicit batch_recompute(const Memory& memory) : memory_(&memory) {}
 
-  //! The layout's own counts, the same for every replica and batch: what a
-  //! batch runs without data-aware recomputation.
+  //! The layout's own counts, the same for every replica, microbatch and
+  //! batch: what a batch runs without data-aware recomputation.
   static void as_planned(const plan_layout& layout, batch_schedule& out) {
-    fill_planned(layout.encoder, out.encoder_recomputed);
-    fill_planned(layout.llm, out.llm_recomputed);
+    const auto m = static_cast<std::size_t>(layout.config.microbatches);
+    fill_planned(layout.encoder, m, out.encoder_recomputed);
+    fill_planned(layout.llm, m, out.llm_recomputed);
   }
 
-  //! Sets each (stage, replica)'s count for `out` (packed, its encoder parts
-  //! split and its slots ordered, from `batch`) to the fewest of its first
-  //! layers with which its exact peak fits `budget_bytes`, at most the
-  //! layout's count. Returns whether some count fell below the layout's (the
-  //! batch's costs must then be priced again).
+  //! Sets the counts of `out` (packed, its encoder parts split and its slots
+  //! ordered, from `batch`) as the file comment says, within `budget_bytes`
+  //! and at most the layout's counts; with `per_microbatch` false, step 3's one
+  //! count for all of a stage replica's microbatches (cheaper: what the
+  //! planner's scan ranks configurations with). Returns whether some count fell
+  //! below the layout's (the batch's costs must then be priced again).
   bool choose(const plan_layout& layout, std::span<const sample> batch, std::int64_t budget_bytes,
-              batch_schedule& out) {
+              bool per_microbatch, batch_schedule& out) {
     as_planned(layout, out);
     bool lowered = false;
     const auto m = static_cast<std::size_t>(layout.config.microbatches);
     for (module_kind kind : all_module_kinds) {
       const bool encoder = kind == module_kind::encoder;
       const module_plan& plan = encoder ? layout.encoder : layout.llm;
-      if (!plan.degrees.recompute || plan.degrees.pp == 0) continue;
+      if (!plan.degrees.recompute || plan.degrees.pp <= 0) continue;
       const auto& microbatches = encoder ? out.encoder_parts : out.llm_microbatches;
       auto& counts = encoder ? out.encoder_recomputed : out.llm_recomputed;
       const auto stages = static_cast<std::size_t>(plan.degrees.pp);
-      for (std::size_t q = 0; q < static_cast<std::size_t>(plan.degrees.dp); ++q)
-        for (std::size_t s = 0; s < stages; ++s) {
-          const auto& ops = layout.schedule.rank_ops.at(static_cast<std::size_t>(layout.position(kind, static_cast<int>(s))));
-          held_.clear();
-          // This replica's microbatch at each execution position, gathered once per stage.
-          replica_samples_.clear();
-          replica_first_.assign(1, 0);
+      for (std::size_t s = 0; s < stages; ++s) {
+        const stage_slice slice = plan.slice(static_cast<int>(s));
+        const auto most = static_cast<std::uint32_t>(recomputed_layers(plan.degrees, slice.layers));
+        if (most == 0) continue;
+        held_events(layout.schedule.rank_ops.at(static_cast<std::size_t>(layout.position(kind, static_cast<int>(s)))),
+                    m);
+        for (std::size_t q = 0; q < static_cast<std::size_t>(plan.degrees.dp); ++q) {
+          // This replica's microbatch at each execution position.
+          samples_.clear();
+          first_sample_.assign(1, 0);
           for (std::size_t j = 0; j < m; ++j) {
-            for (std::uint32_t i : microbatches[q * m + out.slot_order[j]]) replica_samples_.push_back(batch[i]);
-            replica_first_.push_back(replica_samples_.size());
+            for (std::uint32_t i : microbatches[q * m + out.slot_order[j]]) samples_.push_back(batch[i]);
+            first_sample_.push_back(samples_.size());
           }
-          const std::uint32_t fewest = fewest_fitting(kind, plan, static_cast<int>(s), ops, budget_bytes);
-          std::uint32_t& count = counts[q * stages + s];
-          if (fewest < count) {
-            count = fewest;
-            lowered = true;
+          start_stage(kind, plan, slice, most);
+          choose_counts(budget_bytes, per_microbatch);
+          for (std::size_t j = 0; j < m; ++j) {
+            std::uint32_t& count = counts[(q * m + out.slot_order[j]) * stages + s];
+            if (count_[j] < count) {
+              count = count_[j];
+              lowered = true;
+            }
           }
         }
+      }
     }
     return lowered;
   }
 
 private:
-  static void fill_planned(const module_plan& plan, std::vector<std::uint32_t>& counts) {
+  static void fill_planned(const module_plan& plan, std::size_t m, std::vector<std::uint32_t>& counts) {
     const auto stages = static_cast<std::size_t>(std::max(plan.degrees.pp, 0));
-    counts.assign(static_cast<std::size_t>(std::max(plan.degrees.dp, 0)) * stages, 0);
-    for (std::size_t q = 0; q < static_cast<std::size_t>(std::max(plan.degrees.dp, 0)); ++q)
-      for (std::size_t s = 0; s < stages; ++s)
-        counts[q * stages + s] =
-            static_cast<std::uint32_t>(recomputed_layers(plan.degrees, plan.slice(static_cast<int>(s)).layers));
+    const auto replicas = static_cast<std::size_t>(std::max(plan.degrees.dp, 0));
+    counts.assign(replicas * m * stages, 0);
+    for (std::size_t s = 0; s < stages; ++s) {
+      const auto count =
+          static_cast<std::uint32_t>(recomputed_layers(plan.degrees, plan.slice(static_cast<int>(s)).layers));
+      for (std::size_t row = 0; row < replicas * m; ++row) counts[row * stages + s] = count;
+    }
   }
 
-  // The fewest recomputed layers (0 .. the plan's count) of stage `s` with
-  // which the gathered replica's peak fits; the plan's count when none fits
-  // below it. 0 is tried alone: recomputing nothing needs no working set, so
-  // the bytes are not monotone from 0 to 1, only from 1 up.
-  std::uint32_t fewest_fitting(module_kind kind, const module_plan& plan, int s, const std::vector<pipeline_op>& ops,
-                               std::int64_t budget) {
-    const stage_slice slice = plan.slice(s);
-    const auto most = static_cast<std::uint32_t>(recomputed_layers(plan.degrees, slice.layers));
-    if (most == 0) return 0;
-    if (fits(kind, plan, slice, 0, ops, budget)) return 0;
-    std::uint32_t low = 1, high = most;  // high fits (the plan's count), or nothing below it is tried
+  // The microbatches held at each forward of `ops` (the events), and the events
+  // holding each microbatch: fixed by the op list, shared by the stage's replicas.
+  void held_events(const std::vector<pipeline_op>& ops, std::size_t m) {
+    event_first_.assign(1, 0);
+    event_members_.clear();
+    std::vector<std::uint32_t> held;
+    for (const pipeline_op& op : ops) {
+      if (op.kind == op_kind::forward) {
+        held.push_back(op.microbatch);
+        event_members_.insert(event_members_.end(), held.begin(), held.end());
+        event_first_.push_back(event_members_.size());
+      } else if (op.kind == op_kind::backward) {
+        const auto at = std::find(held.begin(), held.end(), op.microbatch);
+        if (at != held.end()) held.erase(at);
+      }
+    }
+    std::vector<std::size_t> per(m + 1, 0);
+    for (std::uint32_t j : event_members_) ++per[j + 1];
+    for (std::size_t j = 0; j < m; ++j) per[j + 1] += per[j];
+    events_of_first_ = per;
+    events_of_.assign(event_members_.size(), 0);
+    for (std::size_t e = 0; e + 1 < event_first_.size(); ++e)
+      for (std::size_t at = event_first_[e]; at < event_first_[e + 1]; ++at)
+        events_of_[per[event_members_[at]]++] = static_cast<std::uint32_t>(e);
+  }
+
+  // Per (stage, replica): fixed bytes and an empty memo of kept / working bytes.
+  void start_stage(module_kind kind, const module_plan& plan, stage_slice slice, std::uint32_t most) {
+    kind_ = kind;
+    plan_ = &plan;
+    slice_ = slice;
+    most_ = most;
+    const std::size_t m = first_sample_.size() - 1;
+    kept_.assign(m * (most + 1), unknown);
+    working_.assign(m * (most + 1), 0);
+    // Weights, gradients and optimizer states: the larger of recomputing none and the plan's count.
+    fixed_ = std::min(most_bytes,
+                      std::max(estimate_memory_with(*memory_, kind, plan.degrees.tp, slice, 0, {}, choices(0)).total(),
+                               estimate_memory_with(*memory_, kind, plan.degrees.tp, slice, 0, {}, choices(most)).total()));
+    count_.assign(m, 0);
+  }
+
+  [[nodiscard]] memory_choices choices(std::uint32_t recomputed) const {
+    memory_choices out = memory_choices_of(plan_->degrees);
+    out.recompute_activations = recomputed > 0;
+    out.recompute_layers = recomputed;
+    return out;
+  }
+
+  static constexpr std::int64_t unknown = -1;
+  static constexpr std::int64_t most_bytes = std::int64_t{1} << 48;
+
+  // Microbatch j's kept and working bytes with r recomputed layers (memoised).
+  void price(std::size_t j, std::uint32_t r) {
+    const std::size_t at = j * (most_ + 1) + r;
+    if (kept_[at] != unknown) return;
+    const std::span<const sample> mb(samples_.data() + first_sample_[j], first_sample_[j + 1] - first_sample_[j]);
+    if (mb.empty()) {
+      kept_[at] = 0;
+      return;
+    }
+    const int tp = plan_->degrees.tp;
+    const std::int64_t one = estimate_memory_with(*memory_, kind_, tp, slice_, 1, mb, choices(r)).activations;
+    const std::int64_t two = estimate_memory_with(*memory_, kind_, tp, slice_, 2, mb, choices(r)).activations;
+    // Clamped (a microbatch of 256 TiB fits nowhere): sums over an event cannot overflow.
+    kept_[at] = std::clamp<std::int64_t>(two - one, 0, most_bytes);
+    working_[at] = std::clamp<std::int64_t>(2 * one - two, 0, most_bytes);
+  }
+  std::int64_t kept(std::size_t j, std::uint32_t r) {
+    price(j, r);
+    return kept_[j * (most_ + 1) + r];
+  }
+  std::int64_t working(std::size_t j, std::uint32_t r) {
+    price(j, r);
+    return working_[j * (most_ + 1) + r];
+  }
+
+  // Bytes at event e with count r for every microbatch.
+  std::int64_t uniform_bytes(std::size_t e, std::uint32_t r) {
+    std::int64_t total = fixed_, largest = 0;
+    for (std::size_t at = event_first_[e]; at < event_first_[e + 1]; ++at) {
+      const std::uint32_t j = event_members_[at];
+      total += kept(j, r);
+      largest = std::max(largest, working(j, r));
+    }
+    return total + largest;
+  }
+  [[nodiscard]] std::size_t events() const noexcept { return event_first_.size() - 1; }
+
+  bool uniform_fits(std::uint32_t r, std::int64_t budget) {
+    for (std::size_t e = 0; e < events(); ++e)
+      if (uniform_bytes(e, r) > budget) return false;
+    return true;
+  }
+
+  // The fewest count for all microbatches that fits (`most_` when none below it does).
+  std::uint32_t fewest_uniform(std::int64_t budget) {
+    if (uniform_fits(0, budget)) return 0;
+    std::uint32_t low = 1, high = most_;  // 0 alone: from 1 up the bytes fall as the count grows
     while (low < high) {
       const std::uint32_t mid = low + (high - low) / 2;
-      if (fits(kind, plan, slice, mid, ops, budget)) high = mid;
+      if (uniform_fits(mid, budget)) high = mid;
       else low = mid + 1;
     }
     return high;
   }
 
-  // Whether the stage's peak over `ops` fits `budget` with `recomputed` layers.
-  bool fits(module_kind kind, const module_plan& plan, stage_slice slice, std::uint32_t recomputed,
-            const std::vector<pipeline_op>& ops, std::int64_t budget) {
-    memory_choices choices = memory_choices_of(plan.degrees);
-    choices.recompute_activations = recomputed > 0;
-    choices.recompute_layers = recomputed;
-    const int tp = plan.degrees.tp;
-    const std::int64_t fixed = estimate_memory_with(*memory_, kind, tp, slice, 0, {}, choices).total();
-    const std::size_t m = replica_first_.size() - 1;
-    kept_.assign(m, 0);
-    working_.assign(m, 0);
-    for (std::size_t j = 0; j < m; ++j) {
-      const std::span<const sample> mb(replica_samples_.data() + replica_first_[j],
-                                       replica_first_[j + 1] - replica_first_[j]);
-      if (mb.empty()) continue;
-      const std::int64_t one = estimate_memory_with(*memory_, kind, tp, slice, 1, mb, choices).activations;
-      const std::int64_t two = estimate_memory_with(*memory_, kind, tp, slice, 2, mb, choices).activations;
-      kept_[j] = two - one;
-      working_[j] = std::max<std::int64_t>(2 * one - two, 0);
+  // Steps 1-3 of the file comment, into `count_` (with `per_microbatch` false: the fewest count for all).
+  void choose_counts(std::int64_t budget, bool per_microbatch) {
+    const std::size_t m = count_.size();
+    const std::uint32_t uniform = fewest_uniform(budget);
+    if (uniform == 0) return;  // count_ is all 0
+    if (!per_microbatch) {
+      std::fill(count_.begin(), count_.end(), uniform);
+      return;
     }
-    held_.clear();
-    for (const pipeline_op& op : ops) {
-      if (op.kind == op_kind::forward) {
-        held_.push_back(op.microbatch);
-        std::int64_t kept = 0, working = 0;
-        for (std::uint32_t j : held_) {
-          kept = saturating_add(kept, kept_[j]);
-          working = std::max(working, working_[j]);
+    start_events();
+    bool fits = true;
+    for (bool raised = true; raised && fits;) {
+      raised = false;
+      for (std::size_t e = 0; e < events() && fits; ++e)
+        while (bytes(e) > budget) {
+          std::size_t best = m;
+          std::int64_t freed = 0;
+          for (std::size_t at = event_first_[e]; at < event_first_[e + 1]; ++at) {
+            const std::uint32_t j = event_members_[at];
+            if (count_[j] >= most_) continue;
+            const std::int64_t gain = kept(j, count_[j]) - kept(j, count_[j] + 1);
+            if (best == m || gain > freed) best = j, freed = gain;
+          }
+          if (best == m) {
+            fits = false;
+            break;
+          }
+          set_count(best, count_[best] + 1);
+          raised = true;
         }
-        if (saturating_add(fixed, saturating_add(kept, working)) > budget) return false;
-      } else if (op.kind == op_kind::backward) {
-        const auto at = std::find(held_.begin(), held_.end(), op.microbatch);
-        if (at != held_.end()) held_.erase(at);
+    }
+    if (fits) lower_counts(budget);
+    std::int64_t freed = 0, freed_uniform = 0;
+    for (std::size_t j = 0; j < m && fits; ++j) {
+      freed += kept(j, 0) - kept(j, count_[j]);
+      freed_uniform += kept(j, 0) - kept(j, uniform);
+    }
+    if (!fits || freed_uniform < freed) std::fill(count_.begin(), count_.end(), uniform);
+  }
+
+  // Lowers each count to the fewest with which every event holding its
+  // microbatch fits, until none can drop.
+  void lower_counts(std::int64_t budget) {
+    const auto holds = [&](std::size_t j, std::uint32_t r) {
+      for (std::size_t at = events_of_first_[j]; at < events_of_first_[j + 1]; ++at)
+        if (bytes_if(events_of_[at], j, r) > budget) return false;
+      return true;
+    };
+    for (bool dropped = true; dropped;) {
+      dropped = false;
+      for (std::size_t j = 0; j < count_.size(); ++j) {
+        if (count_[j] == 0) continue;
+        std::uint32_t fewest = count_[j];
+        if (holds(j, 0)) {
+          fewest = 0;
+        } else {
+          std::uint32_t low = 1;  // from 1 up the bytes fall as the count grows; count_[j] holds
+          while (low < fewest) {
+            const std::uint32_t mid = low + (fewest - low) / 2;
+            if (holds(j, mid)) fewest = mid;
+            else low = mid + 1;
+          }
+        }
+        if (fewest < count_[j]) {
+          set_count(j, fewest);
+          dropped = true;
+        }
       }
     }
-    return true;
+  }
+
+  // Per-event sums of kept bytes and the two largest working sets (with whose
+  // they are) for `count_`, so that an event's bytes, and its bytes with one
+  // count changed, cost O(1).
+  void start_events() {
+    kept_sum_.assign(events(), 0);
+    top_.assign(events(), {});
+    for (std::size_t e = 0; e < events(); ++e) {
+      for (std::size_t at = event_first_[e]; at < event_first_[e + 1]; ++at)
+        kept_sum_[e] += kept(event_members_[at], count_[event_members_[at]]);
+      refresh_top(e);
+    }
+  }
+  void refresh_top(std::size_t e) {
+    event_top top;
+    for (std::size_t at = event_first_[e]; at < event_first_[e + 1]; ++at) {
+      const std::uint32_t j = event_members_[at];
+      const std::int64_t w = working(j, count_[j]);
+      if (w > top.first) {
+        top.second = top.first;
+        top.second_of = top.first_of;
+        top.first = w;
+        top.first_of = j;
+      } else if (w > top.second) {
+        top.second = w;
+        top.second_of = j;
+      }
+    }
+    top_[e] = top;
+  }
+  [[nodiscard]] std::int64_t bytes(std::size_t e) const { return fixed_ + kept_sum_[e] + top_[e].first; }
+  // Event e's bytes were microbatch j's count r.
+  std::int64_t bytes_if(std::size_t e, std::size_t j, std::uint32_t r) {
+    const event_top& top = top_[e];
+    const std::int64_t others = top.first_of == j ? top.second : top.first;
+    return fixed_ + kept_sum_[e] - kept(j, count_[j]) + kept(j, r) + std::max(others, working(j, r));
+  }
+  void set_count(std::size_t j, std::uint32_t r) {
+    const std::int64_t kept_change = kept(j, r) - kept(j, count_[j]);
+    const std::int64_t new_working = working(j, r);
+    count_[j] = r;
+    for (std::size_t at = events_of_first_[j]; at < events_of_first_[j + 1]; ++at) {
+      const std::uint32_t e = events_of_[at];
+      kept_sum_[e] += kept_change;
+      const event_top& top = top_[e];
+      if (top.first_of == j || top.second_of == j || new_working > top.second) refresh_top(e);
+    }
   }
 
   const Memory* memory_;
-  std::vector<sample> replica_samples_;
-  std::vector<std::size_t> replica_first_;
-  std::vector<std::int64_t> kept_, working_;
-  std::vector<std::uint32_t> held_;
+  // The stage replica being chosen for.
+  module_kind kind_ = module_kind::llm;
+  const module_plan* plan_ = nullptr;
+  stage_slice slice_{};
+  std::uint32_t most_ = 0;
+  std::int64_t fixed_ = 0;
+  std::vector<sample> samples_;           // its microbatches' samples, by execution position
+  std::vector<std::size_t> first_sample_; // where microbatch j's begin in samples_
+  std::vector<std::int64_t> kept_, working_;  // memo, [j * (most_ + 1) + r]
+  std::vector<std::uint32_t> count_;          // by execution position
+  // Per event, for `count_`: kept bytes summed, and the two largest working sets.
+  struct event_top {
+    std::int64_t first = 0, second = 0;
+    std::size_t first_of = SIZE_MAX, second_of = SIZE_MAX;
+  };
+  std::vector<std::int64_t> kept_sum_;
+  std::vector<event_top> top_;
+  // The op list's events: held microbatches per forward, and the events holding each microbatch.
+  std::vector<std::size_t> event_first_, events_of_first_;
+  std::vector<std::uint32_t> event_members_, events_of_;
 };
 
 }  // namespace dflop

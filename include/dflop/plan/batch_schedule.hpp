@@ -35,14 +35,15 @@ struct batch_schedule {
   //! assignment of `best_simulated` whose encoder parts miss the budget is
   //! passed over without setting it.)
   bool memory_capped = false;
-  //! How many of its first layers each encoder stage replica recomputes in this
-  //! batch's backward, `[replica * encoder pp + stage]` (0: none): the plan's
-  //! count, or with `batch_options::recompute_per_batch` the fewest with which
-  //! this batch's real in-flight peak fits (plan/batch_recompute.hpp). The
-  //! costs are priced with these counts; the executor tells each stage its own
+  //! How many of its first layers each encoder stage replica recomputes for
+  //! each microbatch of this batch, `[(replica * m + slot) * encoder pp + stage]`
+  //! (as `module_costs::at`; 0: none): the plan's count, or with
+  //! `batch_options::recompute_per_batch` only what the microbatches the stage
+  //! really holds at once need (plan/batch_recompute.hpp). The costs are priced
+  //! with these counts; the executor tells each op its own
   //! (`stage_context::recomputed_layers`).
   std::vector<std::uint32_t> encoder_recomputed;
-  //! The same for the LLM's stages, `[replica * llm pp + stage]`.
+  //! The same for the LLM's stages, `[(replica * m + slot) * llm pp + stage]`.
   std::vector<std::uint32_t> llm_recomputed;
 
   //! Samples of LLM replica `replica`, slot `slot`.
@@ -53,12 +54,13 @@ struct batch_schedule {
   [[nodiscard]] const std::vector<std::uint32_t>& encoder_part(int replica, int slot) const {
     return encoder_parts[static_cast<std::size_t>(replica * config.microbatches + slot)];
   }
-  //! Layers stage `stage` of `kind`'s replica `replica` recomputes in this batch
-  //! (0 when the batch carries no counts: one not made by `batch_scheduler`).
-  [[nodiscard]] std::uint32_t recomputed(module_kind kind, int replica, int stage) const {
+  //! Layers stage `stage` of `kind`'s replica `replica` recomputes for its
+  //! microbatch of `slot` (0 when the batch carries no counts: one not made by
+  //! `batch_scheduler`).
+  [[nodiscard]] std::uint32_t recomputed(module_kind kind, int replica, int slot, int stage) const {
     const auto& counts = kind == module_kind::encoder ? encoder_recomputed : llm_recomputed;
     const int stages = kind == module_kind::encoder ? config.encoder.pp : config.llm.pp;
-    const auto at = static_cast<std::size_t>(replica * stages + stage);
+    const auto at = static_cast<std::size_t>((replica * config.microbatches + slot) * stages + stage);
     return at < counts.size() ? counts[at] : 0;
   }
 };

@@ -84,13 +84,16 @@ public:
     // one rule fits, the other is not repaired (re-split, slots traded) to fit.
     batch_options screening = options;
     if (options.order == order_policy::neh) screening.order = order_policy::johnson;
+    // Likewise recompute counts per microbatch are chosen for the winning rule
+    // only; the rules are ranked with one count per stage replica.
+    if (options.recompute_per_batch && options.memory_budget_bytes > 0) screening.recompute_per_microbatch = false;
     const bool balanced_fits = finish(layout, batch, screening, slot_assignment::balanced, out);
     const bool round_robin_fits =
         finish(layout, batch, screening, slot_assignment::round_robin, alternative_, /*repair=*/!balanced_fits);
     if (!balanced_fits && !round_robin_fits) throw_encoder_failure();
     const bool round_robin_wins =
         round_robin_fits && (!balanced_fits || alternative_.predicted_seconds < out.predicted_seconds);
-    if (screening.order != options.order)
+    if (!(screening == options))
       finish(layout, batch, options, round_robin_wins ? slot_assignment::round_robin : slot_assignment::balanced, out);
     else if (round_robin_wins)
       std::swap(out, alternative_);
@@ -126,8 +129,10 @@ public:
       text << "reprice: the batch was scheduled for " << out.config << ", the layout is " << layout.config;
       throw input_error("batch_schedule", 0, text.str());
     }
-    if (out.encoder_recomputed.size() != static_cast<std::size_t>(layout.config.encoder.dp * layout.config.encoder.pp) ||
-        out.llm_recomputed.size() != static_cast<std::size_t>(layout.config.llm.dp * layout.config.llm.pp))
+    const auto rows = [&](const module_parallelism& d) {
+      return d.pp <= 0 ? std::size_t{0} : static_cast<std::size_t>(d.dp) * layout.config.microbatches * d.pp;
+    };
+    if (out.encoder_recomputed.size() != rows(layout.config.encoder) || out.llm_recomputed.size() != rows(layout.config.llm))
       batch_recompute<Memory>::as_planned(layout, out);
     fill_costs(layout, batch, options, out);
     simulator_.simulate(layout.schedule, out.costs, result_, out.slot_order);
@@ -145,8 +150,8 @@ public:
 private:
   // Assigns, splits, prices, orders and simulates; false (nothing priced) when
   // the encoder parts of this assignment cannot fit the memory budget. With
-  // data-aware recomputation the ordered batch's counts are lowered where its
-  // real peaks allow, and the batch is priced and simulated again in its order
+  // data-aware recomputation the ordered batch's counts are lowered where what
+  // its stages really hold allows, and it is priced and simulated again in its order
   // (the order was chosen with the plan's counts: fewer recomputed layers only
   // shorten backward ops).
   bool finish(const plan_layout& layout, std::span<const sample> batch, const batch_options& options,
@@ -157,7 +162,7 @@ private:
     batch_recompute<Memory>::as_planned(layout, out);
     fill_costs(layout, batch, options, out);
     order_and_simulate(layout, options, out);
-    if (options.recompute_per_batch && cap_ && recompute_.choose(layout, batch, cap_->budget(), out)) {
+    if (options.recompute_per_batch && cap_ && recompute_.choose(layout, batch, cap_->budget(), options.recompute_per_microbatch, out)) {
       fill_costs(layout, batch, options, out);
       simulator_.simulate(layout.schedule, out.costs, result_, out.slot_order);
       out.predicted_seconds = result_.makespan;
@@ -572,7 +577,7 @@ private:
         for (std::uint32_t s = 0; s < stages; ++s) {
           const std::size_t at = costs.at(q, k, s, m);
           const stage_slice slice = plan.slice(static_cast<int>(s));
-          const pass_time time = unit.stage_recomputing(slice, recomputed[q * stages + s]);
+          const pass_time time = unit.stage_recomputing(slice, recomputed[at]);
           costs.forward[at] = time.forward;
           if (split_backward) {
             costs.weight[at] = time.backward * weight_share;

@@ -446,6 +446,9 @@ private:
     std::vector<scanned> finalists;
     batch_options scan_options = settings.batch;
     if (scan_options.order == order_policy::neh) scan_options.order = order_policy::johnson;
+    // One recompute count per stage replica and batch ranks the scan's plans at
+    // a fraction of the cost of counts per microbatch; finalists get those.
+    scan_options.recompute_per_microbatch = false;
     for (const std::size_t index : candidates_.scoring_order) {
       const detail::plan_candidate& c = candidates_.candidates[index];
       bar.advance();

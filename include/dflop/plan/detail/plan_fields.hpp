@@ -88,7 +88,7 @@ template <class Read>
 [[nodiscard]] inline batch_options plan_batch_options_from_json(const json_fields& parent) {
   const json_fields fields(parent.at("batch"), parent.source(), parent.path("batch"));
   fields.only({"assignment", "order", "order_budget", "seed", "weight_gradient_share", "memory_budget_bytes",
-               "gradient_bucket_bytes", "recompute_per_batch"});
+               "gradient_bucket_bytes", "recompute_per_batch", "recompute_per_microbatch"});
   batch_options options;
   const std::string assignment = fields.text("assignment");
   const auto parsed_assignment = parse_slot_assignment(assignment);
@@ -114,6 +114,8 @@ template <class Read>
     options.gradient_bucket_bytes = fields.number_at_least("gradient_bucket_bytes", 0);
   // Optional: absent means on (the default); a plan file says it only when off.
   if (fields.has("recompute_per_batch")) options.recompute_per_batch = fields.boolean("recompute_per_batch");
+  if (fields.has("recompute_per_microbatch"))
+    options.recompute_per_microbatch = fields.boolean("recompute_per_microbatch");
   return options;
 }
 
