@@ -225,3 +225,42 @@ TEST_CASE("schedule keeps the plan's memory budget: a batch it cannot fit stops 
   CHECK_THAT(starved.err, Catch::Contains("cannot fit in memory even alone") && Catch::Contains("budget per GPU"));
   CHECK(starved.out.find("batch 0") == std::string::npos);  // the header, no batch
 }
+
+TEST_CASE("schedule --json says how many layers each stage recomputes per microbatch where the plan recomputes",
+          "[schedule][cli]") {
+  // The saved plan with LLM recomputation turned on (all layers): on 80 GB
+  // GPUs no batch needs any of it, unless every batch keeps the plan's count.
+  for (const bool planned : {false, true}) {
+    nlohmann::json plan = saved_plan();
+    plan["config"]["llm"]["recompute"] = true;
+    if (planned) plan["batch"]["recompute_per_batch"] = false;
+    const std::string path = write_scratch_file(planned ? "recompute_planned.json" : "recompute_per_batch.json",
+                                                plan.dump(2));
+    const auto result = run_cli("schedule --plan '" + path + "' --workload '" + trace_path + "' --json --batches 2",
+                                planned ? "schedule_planned" : "schedule_per_batch");
+    INFO(result.err);
+    REQUIRE(result.exit_code == 0);
+    const auto& llm = plan["config"]["llm"];
+    const int m = plan["config"]["microbatches"];
+    std::istringstream lines(result.out);
+    std::size_t batches = 0;
+    for (std::string line; std::getline(lines, line); ++batches) {
+      const auto batch = nlohmann::json::parse(line);
+      CHECK(batch.contains("encoder_recomputed") == plan["config"]["encoder"]["recompute"].get<bool>());
+      REQUIRE(batch.contains("llm_recomputed"));
+      const auto& counts = batch["llm_recomputed"];
+      REQUIRE(counts.size() == llm["dp"].get<std::size_t>());
+      for (const auto& replica : counts) {
+        REQUIRE(replica.size() == static_cast<std::size_t>(m));
+        for (const auto& microbatch : replica) {
+          REQUIRE(microbatch.size() == llm["pp"].get<std::size_t>());
+          for (std::size_t s = 0; s < microbatch.size(); ++s) {
+            const int layers = llm["layers"][s][1].get<int>() - llm["layers"][s][0].get<int>();
+            CHECK(microbatch[s].get<int>() == (planned ? layers : 0));
+          }
+        }
+      }
+    }
+    CHECK(batches == 2);
+  }
+}

@@ -235,10 +235,11 @@ inline void add_plan_bindings(py::module_& module) {
       .def_readonly("memory_capped", &batch_schedule::memory_capped,
                     "Whether the plan's memory budget changed this batch (packed or split again within it).")
       .def_readonly("encoder_recomputed", &batch_schedule::encoder_recomputed,
-                    "Layers each encoder stage replica recomputes in this batch, [replica * encoder stages + stage]: "
-                    "the plan's count, or fewer where this batch's in-flight peak allows.")
+                    "Layers each encoder stage replica recomputes for each microbatch of this batch, "
+                    "[(replica * microbatches + slot) * encoder stages + stage]: the plan's count, or fewer where "
+                    "what the stage holds at once allows.")
       .def_readonly("llm_recomputed", &batch_schedule::llm_recomputed,
-                    "The same for the LLM's stages, [replica * llm stages + stage].")
+                    "The same for the LLM's stages, [(replica * microbatches + slot) * llm stages + stage].")
       .def_property_readonly("microbatches", [](const batch_schedule& b) { return b.config.microbatches; },
                              "Microbatches (slots) per replica.")
       .def_property_readonly("llm_replicas", [](const batch_schedule& b) { return b.config.llm.dp; },

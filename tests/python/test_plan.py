@@ -171,3 +171,16 @@ def test_planned_recompute_is_the_cli_flag(cli_json, small_trace):
     assert plan.to_dict()["batch"]["recompute_per_batch"] is False
     default = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2)
     assert "recompute_per_batch" not in default.to_dict()["batch"]
+
+
+def test_batch_schedule_says_what_each_stage_recomputes(small_trace):
+    _, samples = small_trace
+    plan = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2)
+    scheduled = plan.schedule_batch(samples.to_records()[:64], seed=3)
+    config = plan.config
+    for module, counts in (("encoder", scheduled.encoder_recomputed), ("llm", scheduled.llm_recomputed)):
+        degrees = config[module]
+        assert len(counts) == degrees["dp"] * scheduled.microbatches * degrees["pp"]
+        stage_layers = [last - first for first, last in degrees["layers"]]
+        for at, count in enumerate(counts):
+            assert 0 <= count <= (stage_layers[at % degrees["pp"]] if degrees["recompute"] else 0)

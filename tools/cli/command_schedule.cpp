@@ -87,6 +87,25 @@ nlohmann::json groups_in_order(const scheduled_batch& batch, const std::vector<s
   return result;
 }
 
+//! `[replica][position][stage]`: layers each stage replica recomputes for each
+//! microbatch in execution order (`batch_schedule::encoder_recomputed` /
+//! `llm_recomputed`, flat by slot there).
+nlohmann::json recomputed_in_order(const scheduled_batch& batch, const std::vector<std::uint32_t>& counts,
+                                   int replicas, int stages) {
+  const auto m = static_cast<std::size_t>(batch.schedule.config.microbatches);
+  const auto per_stage = static_cast<std::size_t>(stages);
+  auto result = nlohmann::json::array();
+  for (std::size_t r = 0; r < static_cast<std::size_t>(replicas); ++r) {
+    auto replica = nlohmann::json::array();
+    for (std::uint32_t slot : batch.schedule.slot_order) {
+      const auto first = counts.begin() + static_cast<std::ptrdiff_t>((r * m + slot) * per_stage);
+      replica.push_back(std::vector<std::uint32_t>(first, first + static_cast<std::ptrdiff_t>(per_stage)));
+    }
+    result.push_back(std::move(replica));
+  }
+  return result;
+}
+
 //! `value` with `digits` decimals.
 std::string fixed(double value, int digits) {
   char text[64];
@@ -118,6 +137,12 @@ nlohmann::ordered_json batch_json(std::size_t index, const scheduled_batch& batc
   out["slot_order"] = batch.schedule.slot_order;
   out["llm_microbatches"] = groups_in_order(batch, batch.schedule.llm_microbatches, config.llm.dp);
   out["encoder_parts"] = groups_in_order(batch, batch.schedule.encoder_parts, config.encoder.dp);
+  // Where a module recomputes: how many of its first layers each stage recomputes per microbatch.
+  if (config.encoder.recompute && config.encoder.pp > 0)
+    out["encoder_recomputed"] =
+        recomputed_in_order(batch, batch.schedule.encoder_recomputed, config.encoder.dp, config.encoder.pp);
+  if (config.llm.recompute)
+    out["llm_recomputed"] = recomputed_in_order(batch, batch.schedule.llm_recomputed, config.llm.dp, config.llm.pp);
   auto memory = nlohmann::ordered_json::array();
   for (const auto& stage : batch.memory)
     memory.push_back({{"module", std::string(dflop::to_string(stage.module))},
