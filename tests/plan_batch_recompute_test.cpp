@@ -7,6 +7,7 @@
 // the executor (each op is told its stage's count).
 #include "exec_multimodal_support.hpp"
 #include "plan_test_support.hpp"
+#include "scheduler_test_support.hpp"
 
 #include <dflop/cost/flops_cost_model.hpp>
 #include <dflop/exec/inproc_communicator.hpp>
@@ -146,17 +147,35 @@ plan_layout random_layout(random_generator& random, const std::string& schedule)
   return make_plan_layout(parallel_config{encoder, llm, m}, encoder_plan, llm_plan, named_schedule(schedule));
 }
 
-// The small model on 8 H100s priced by FLOPs, with `layer_memory`.
-struct recompute_fixture {
-  multimodal_spec model = test::small_model();
-  cluster_spec cluster = test::small_cluster(8, 8);
-  flops_cost_model cost{model, cluster.gpu};
-  layer_memory memory;
-  batch_scheduler<flops_cost_model, layer_memory, refined_packer> scheduler{model, cluster, cost, memory};
-  recompute_fixture() = default;
-  recompute_fixture(const recompute_fixture&) = delete;  // the scheduler points at the members
-  recompute_fixture& operator=(const recompute_fixture&) = delete;
-};
+// What each case schedules with: the small model, FLOPs costs, `layer_memory`.
+using recompute_fixture = test::small_scheduler<layer_memory>;
+
+// Three samples per LLM microbatch of `layout`, drawn from `workload` with `seed`.
+std::vector<sample> batch_for(const std::vector<sample>& workload, const plan_layout& layout, std::uint64_t seed) {
+  return sample_batch(workload, static_cast<std::size_t>(layout.config.bins()) * 3, batch_mode::without_replacement,
+                      seed);
+}
+
+// Balanced slots in arrival order within `budget`: the same packing, split and
+// order whatever the recompute counts, so batches compare side by side.
+batch_options fixed_order(std::int64_t budget) {
+  batch_options options;
+  options.assignment = slot_assignment::balanced;
+  options.order = order_policy::identity;
+  options.memory_budget_bytes = budget;
+  return options;
+}
+
+// `batch` scheduled into `out`; false when it cannot fit the budget at the plan's count.
+bool scheduled(recompute_fixture& fixture, const plan_layout& layout, std::span<const sample> batch,
+               const batch_options& options, batch_schedule& out) {
+  try {
+    fixture.scheduler.schedule(layout, batch, options, out);
+    return true;
+  } catch (const memory_cap_error&) {
+    return false;
+  }
+}
 
 }  // namespace
 
@@ -171,18 +190,10 @@ TEST_CASE("per-microbatch counts fit, stay within the plan's, cannot drop one by
     const std::string schedule = random.below(2) == 0 ? "1f1b" : "zb-h1";
     const plan_layout layout = random_layout(random, schedule);
     INFO("trial " << trial << ": " << layout.config << ", " << schedule);
-    const auto batch = sample_batch(workload, static_cast<std::size_t>(layout.config.bins()) * 3,
-                                    batch_mode::without_replacement, static_cast<std::uint64_t>(trial));
-    batch_options options;
-    options.assignment = slot_assignment::balanced;
-    options.order = order_policy::identity;
-    options.memory_budget_bytes = 40'000 + static_cast<std::int64_t>(random.below(30)) * 40'000;
+    const auto batch = batch_for(workload, layout, static_cast<std::uint64_t>(trial));
+    const batch_options options = fixed_order(40'000 + static_cast<std::int64_t>(random.below(30)) * 40'000);
     batch_schedule on, off;
-    try {
-      fixture.scheduler.schedule(layout, batch, options, on);
-    } catch (const memory_cap_error&) {
-      continue;  // the budget is too small for this batch at the plan's count
-    }
+    if (!scheduled(fixture, layout, batch, options, on)) continue;  // too small a budget at the plan's count
     batch_options planned = options;
     planned.recompute_per_batch = false;
     fixture.scheduler.schedule(layout, batch, planned, off);
@@ -272,18 +283,10 @@ TEST_CASE("a lowered count prices the stage's backward with that many recomputed
   std::size_t seen = 0;
   for (int trial = 0; trial < 200 && seen < 10; ++trial) {
     const plan_layout layout = random_layout(random, "1f1b");
-    const auto batch = sample_batch(workload, static_cast<std::size_t>(layout.config.bins()) * 3,
-                                    batch_mode::without_replacement, static_cast<std::uint64_t>(trial));
-    batch_options options;
-    options.assignment = slot_assignment::balanced;
-    options.order = order_policy::identity;
-    options.memory_budget_bytes = 200'000 + static_cast<std::int64_t>(random.below(20)) * 50'000;
+    const auto batch = batch_for(workload, layout, static_cast<std::uint64_t>(trial));
+    const batch_options options = fixed_order(200'000 + static_cast<std::int64_t>(random.below(20)) * 50'000);
     batch_schedule out;
-    try {
-      fixture.scheduler.schedule(layout, batch, options, out);
-    } catch (const memory_cap_error&) {
-      continue;
-    }
+    if (!scheduled(fixture, layout, batch, options, out)) continue;
     const auto m = static_cast<std::uint32_t>(layout.config.microbatches);
     for (int q = 0; q < layout.llm.degrees.dp; ++q)
       for (std::uint32_t k = 0; k < m; ++k) {
@@ -338,16 +341,11 @@ TEST_CASE("the executor tells every op its microbatch's count on its stage repli
   std::size_t runs = 0;
   for (int trial = 0; trial < 40 && runs < 4; ++trial) {
     const plan_layout layout = random_layout(random, random.below(2) == 0 ? "1f1b" : "zb-h1");
-    const auto batch = sample_batch(workload, static_cast<std::size_t>(layout.config.bins()) * 3,
-                                    batch_mode::without_replacement, static_cast<std::uint64_t>(trial));
-    batch_options options;
+    const auto batch = batch_for(workload, layout, static_cast<std::uint64_t>(trial));
+    batch_options options;  // the default rules: best simulated assignment, NEH order
     options.memory_budget_bytes = 200'000 + static_cast<std::int64_t>(random.below(20)) * 50'000;
     batch_schedule out;
-    try {
-      fixture.scheduler.schedule(layout, batch, options, out);
-    } catch (const memory_cap_error&) {
-      continue;
-    }
+    if (!scheduled(fixture, layout, batch, options, out)) continue;
     INFO(layout.config);
     multimodal_costs idle = out.costs;  // the recording stages move bytes only
     for (module_costs* module : {&idle.encoder, &idle.llm}) {
@@ -388,8 +386,7 @@ TEST_CASE("a batch whose counts do not match the configuration is refused by the
   random_generator random(3);
   const plan_layout layout = random_layout(random, "1f1b");
   const auto workload = test::small_workload(600, 9);
-  const auto batch = sample_batch(workload, static_cast<std::size_t>(layout.config.bins()) * 3,
-                                  batch_mode::without_replacement, 1);
+  const auto batch = batch_for(workload, layout, 1);
   batch_schedule out = fixture.scheduler.schedule(layout, batch, batch_options{});
   out.llm_recomputed.push_back(0);
   const world_layout world(layout.config);

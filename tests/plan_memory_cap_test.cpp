@@ -8,6 +8,7 @@
 // models; plus the planner's budget, its tail checks and the plan file fields.
 #include "error_of.hpp"
 #include "plan_test_support.hpp"
+#include "scheduler_test_support.hpp"
 
 #include <dflop/cost/analytic_memory_model.hpp>
 #include <dflop/cost/flops_cost_model.hpp>
@@ -86,17 +87,8 @@ bool some_packing_fits(const std::vector<std::int64_t>& tokens, std::size_t bins
   }
 }
 
-// The small model on 8 H100s priced by FLOPs, with `token_memory`: what each case schedules with.
-struct capped_scheduler {
-  multimodal_spec model = test::small_model();
-  cluster_spec cluster = test::small_cluster(8, 8);
-  flops_cost_model cost{model, cluster.gpu};
-  token_memory memory;
-  batch_scheduler<flops_cost_model, token_memory, refined_packer> scheduler{model, cluster, cost, memory};
-  capped_scheduler() = default;
-  capped_scheduler(const capped_scheduler&) = delete;  // the scheduler points at the members
-  capped_scheduler& operator=(const capped_scheduler&) = delete;
-};
+// What each case schedules with: the small model, FLOPs costs, `token_memory`.
+using capped_scheduler = test::small_scheduler<token_memory>;
 
 std::vector<sample> text_samples(const std::vector<std::int64_t>& tokens) {
   std::vector<sample> batch;

@@ -35,13 +35,18 @@ def test_plan_of_a_trace_equals_the_cli(cli_json, small_trace, schedule):
         assert baseline.iteration_seconds == expected["baselines"][name]["iteration_seconds"]
 
 
-def test_gradient_buckets_plan_as_the_cli_does(cli_json, small_trace):
+def planned_as_the_cli(cli_json, small_trace, flags, **keywords):
+    """dflop.plan(**keywords) on the small trace, checked equal to `dflop plan FLAGS` (timings aside)."""
     path, samples = small_trace
-    expected = cli_json("plan", "--workload", path, "--gpus", 16, "--global-batch", 64, "--batches", 2,
-                        "--gradient-bucket-mb", 25)
-    plan = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2,
-                      gradient_bucket_mb=25)
+    expected = cli_json("plan", "--workload", path, "--gpus", 16, "--global-batch", 64, "--batches", 2, *flags)
+    plan = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2, **keywords)
     assert without_timings(plan.to_dict()) == without_timings(expected)
+    return plan
+
+
+def test_gradient_buckets_plan_as_the_cli_does(cli_json, small_trace):
+    _, samples = small_trace
+    plan = planned_as_the_cli(cli_json, small_trace, ["--gradient-bucket-mb", 25], gradient_bucket_mb=25)
     assert plan.to_dict()["batch"]["gradient_bucket_bytes"] == 25 * 1024 * 1024
     unbucketed = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2)
     assert "gradient_bucket_bytes" not in unbucketed.to_dict()["batch"]
@@ -50,12 +55,8 @@ def test_gradient_buckets_plan_as_the_cli_does(cli_json, small_trace):
 
 
 def test_whole_stage_recompute_is_the_cli_flag(cli_json, small_trace):
-    path, samples = small_trace
-    expected = cli_json("plan", "--workload", path, "--gpus", 16, "--global-batch", 64, "--batches", 2,
-                        "--whole-stage-recompute")
-    plan = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2,
-                      whole_stage_recompute=True)
-    assert without_timings(plan.to_dict()) == without_timings(expected)
+    _, samples = small_trace
+    plan = planned_as_the_cli(cli_json, small_trace, ["--whole-stage-recompute"], whole_stage_recompute=True)
     for module in ("encoder", "llm"):
         assert "recompute_layers" not in plan.config[module]
 
@@ -162,12 +163,8 @@ def test_the_memory_budget_and_its_estimate_are_the_plan_files(cli_json, small_t
 
 
 def test_planned_recompute_is_the_cli_flag(cli_json, small_trace):
-    path, samples = small_trace
-    expected = cli_json("plan", "--workload", path, "--gpus", 16, "--global-batch", 64, "--batches", 2,
-                        "--planned-recompute")
-    plan = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2,
-                      planned_recompute=True)
-    assert without_timings(plan.to_dict()) == without_timings(expected)
+    _, samples = small_trace
+    plan = planned_as_the_cli(cli_json, small_trace, ["--planned-recompute"], planned_recompute=True)
     assert plan.to_dict()["batch"]["recompute_per_batch"] is False
     default = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2)
     assert "recompute_per_batch" not in default.to_dict()["batch"]
