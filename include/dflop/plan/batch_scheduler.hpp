@@ -151,9 +151,9 @@ private:
   // Assigns, splits, prices, orders and simulates; false (nothing priced) when
   // the encoder parts of this assignment cannot fit the memory budget. With
   // data-aware recomputation the ordered batch's counts are lowered where what
-  // its stages really hold allows, and it is priced and simulated again in its order
-  // (the order was chosen with the plan's counts: fewer recomputed layers only
-  // shorten backward ops).
+  // its stages really hold allows, and it is priced and simulated again in its
+  // order (fewer recomputed layers only shorten backward ops), then ordered
+  // once more with those costs; the faster of the two is kept.
   bool finish(const plan_layout& layout, std::span<const sample> batch, const batch_options& options,
               slot_assignment assignment, batch_schedule& out, bool repair = true) {
     out.config = layout.config;
@@ -162,11 +162,31 @@ private:
     batch_recompute<Memory>::as_planned(layout, out);
     fill_costs(layout, batch, options, out);
     order_and_simulate(layout, options, out);
-    if (options.recompute_per_batch && cap_ && recompute_.choose(layout, batch, cap_->budget(), options.recompute_per_microbatch, out)) {
-      fill_costs(layout, batch, options, out);
-      simulator_.simulate(layout.schedule, out.costs, result_, out.slot_order);
-      out.predicted_seconds = result_.makespan;
+    if (options.recompute_per_batch && cap_ && choose_recompute(layout, batch, options, out) &&
+        options.recompute_per_microbatch && options.order != order_policy::identity) {
+      // The order was chosen with the plan's counts. Ordered again with the
+      // lowered costs, the batch gets other holdings and so other counts: the
+      // faster of the two is kept (video-heavy: 1.189x -> 1.204x over the
+      // reference). Part of the per-microbatch refinement: the planner's scan,
+      // with one count per stage replica, does not pay for it.
+      reordered_ = out;
+      batch_options again = options;
+      again.order_budget = options.order_budget / 4;  // a quarter of the first search: most of the gain, at a quarter of the cost
+      order_and_simulate(layout, again, reordered_);
+      choose_recompute(layout, batch, options, reordered_);
+      if (reordered_.predicted_seconds < out.predicted_seconds) std::swap(out, reordered_);
     }
+    return true;
+  }
+
+  // Data-aware recompute counts for `out` in its order (see batch_recompute.hpp),
+  // priced and simulated; false (nothing changed) when none fell below the layout's.
+  bool choose_recompute(const plan_layout& layout, std::span<const sample> batch, const batch_options& options,
+                        batch_schedule& out) {
+    if (!recompute_.choose(layout, batch, cap_->budget(), options.recompute_per_microbatch, out)) return false;
+    fill_costs(layout, batch, options, out);
+    simulator_.simulate(layout.schedule, out.costs, result_, out.slot_order);
+    out.predicted_seconds = result_.makespan;
     return true;
   }
 
@@ -680,6 +700,7 @@ private:
   pack_workspace workspace_;
   packing packing_;
   batch_schedule alternative_;
+  batch_schedule reordered_;  // a batch ordered again with its lowered recompute costs
   multimodal_simulator simulator_;
   simulation_result result_;
   batch_recompute<Memory> recompute_;  // data-aware recompute counts
