@@ -166,7 +166,7 @@ private:
         options.recompute_per_microbatch && options.order != order_policy::identity) {
       // The order was chosen with the plan's counts. Ordered again with the
       // lowered costs, the batch gets other holdings and so other counts: the
-      // faster of the two is kept (video-heavy: 1.189x -> 1.204x over the
+      // faster of the two is kept (video-heavy: 1.189x -> 1.201x over the
       // reference). Part of the per-microbatch refinement: the planner's scan,
       // with one count per stage replica, does not pay for it.
       reordered_ = out;
