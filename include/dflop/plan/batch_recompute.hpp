@@ -68,6 +68,18 @@ public:
     fill_planned(layout.llm, m, out.llm_recomputed);
   }
 
+  //! Whether `out`'s counts have the sizes `layout` needs (one per replica,
+  //! microbatch and stage of each module): false for a batch scheduled without
+  //! them, or for another configuration.
+  [[nodiscard]] static bool sized_for(const plan_layout& layout, const batch_schedule& out) noexcept {
+    const auto entries = [&](const module_parallelism& d) {
+      return d.pp <= 0 ? std::size_t{0}
+                       : static_cast<std::size_t>(d.dp) * layout.config.microbatches * static_cast<std::size_t>(d.pp);
+    };
+    return out.encoder_recomputed.size() == entries(layout.config.encoder) &&
+           out.llm_recomputed.size() == entries(layout.config.llm);
+  }
+
   //! Sets the counts of `out` (packed, its encoder parts split and its slots
   //! ordered, from `batch`) as the file comment says, within `budget_bytes`
   //! and at most the layout's counts; with `per_microbatch` false, step 3's one
@@ -222,16 +234,24 @@ private:
     return true;
   }
 
-  // The fewest count for all microbatches that fits (`most_` when none below it does).
-  std::uint32_t fewest_uniform(std::int64_t budget) {
-    if (uniform_fits(0, budget)) return 0;
-    std::uint32_t low = 1, high = most_;  // 0 alone: from 1 up the bytes fall as the count grows
+  // The fewest count in [0, most] with which `fits` holds (`most` when none
+  // below it does). 0 is tried alone: recomputing none keeps no working set,
+  // while from 1 up the bytes only fall as the count grows, so bisection holds.
+  template <class Fits>
+  static std::uint32_t fewest_fitting(std::uint32_t most, Fits&& fits) {
+    if (fits(0u)) return 0;
+    std::uint32_t low = 1, high = most;
     while (low < high) {
       const std::uint32_t mid = low + (high - low) / 2;
-      if (uniform_fits(mid, budget)) high = mid;
+      if (fits(mid)) high = mid;
       else low = mid + 1;
     }
     return high;
+  }
+
+  // The fewest count for all microbatches that fits (`most_` when none below it does).
+  std::uint32_t fewest_uniform(std::int64_t budget) {
+    return fewest_fitting(most_, [&](std::uint32_t r) { return uniform_fits(r, budget); });
   }
 
   // Steps 1-3 of the file comment, into `count_` (with `per_microbatch` false: the fewest count for all).
@@ -286,17 +306,7 @@ private:
       dropped = false;
       for (std::size_t j = 0; j < count_.size(); ++j) {
         if (count_[j] == 0) continue;
-        std::uint32_t fewest = count_[j];
-        if (holds(j, 0)) {
-          fewest = 0;
-        } else {
-          std::uint32_t low = 1;  // from 1 up the bytes fall as the count grows; count_[j] holds
-          while (low < fewest) {
-            const std::uint32_t mid = low + (fewest - low) / 2;
-            if (holds(j, mid)) fewest = mid;
-            else low = mid + 1;
-          }
-        }
+        const std::uint32_t fewest = fewest_fitting(count_[j], [&](std::uint32_t r) { return holds(j, r); });
         if (fewest < count_[j]) {
           set_count(j, fewest);
           dropped = true;

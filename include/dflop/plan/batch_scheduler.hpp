@@ -129,11 +129,7 @@ public:
       text << "reprice: the batch was scheduled for " << out.config << ", the layout is " << layout.config;
       throw input_error("batch_schedule", 0, text.str());
     }
-    const auto rows = [&](const module_parallelism& d) {
-      return d.pp <= 0 ? std::size_t{0} : static_cast<std::size_t>(d.dp) * layout.config.microbatches * d.pp;
-    };
-    if (out.encoder_recomputed.size() != rows(layout.config.encoder) || out.llm_recomputed.size() != rows(layout.config.llm))
-      batch_recompute<Memory>::as_planned(layout, out);
+    if (!batch_recompute<Memory>::sized_for(layout, out)) batch_recompute<Memory>::as_planned(layout, out);
     fill_costs(layout, batch, options, out);
     simulator_.simulate(layout.schedule, out.costs, result_, out.slot_order);
     out.predicted_seconds = result_.makespan;
