@@ -333,6 +333,9 @@ int main(int argc, char** argv) {
           },
           "in (0, 1]"));
   app.add_flag("--op-log", o.run.op_log, "print every op's measured and predicted time (stderr)");
+  app.add_option("--memory-mib", o.run.memory_mib,
+                 "memory of each rank in MiB as the planner sees it (default 8 GiB); less makes the plan and each "
+                 "batch recompute layers, which the stages then do");
   app.add_option("--tolerance", o.run.tolerance, "relative tolerance of --check (default 1e-5; 1e-12 with --float64)");
   app.add_flag("--float64", m.float64, "double precision");
   app.add_option("--model-seed", m.seed, "initial weights and sample contents");

@@ -216,6 +216,12 @@ struct torch_stage::impl {
     Tensor leaf;    // the input activation (autograd leaf), when received
     Tensor output;  // the output activation, or the loss
     bool loss = false;
+    // Recomputed layers (the stage's first `checkpoints.size()`): each one's
+    // input, kept instead of its activations. The first carries the graph
+    // before it (embedding, or the received leaf); `resumed` is the last
+    // one's output as a leaf, where the rest of the graph starts.
+    std::vector<Tensor> checkpoints;
+    Tensor resumed;
   };
   std::map<std::uint32_t, graph> graphs;  // per microbatch in flight
   std::vector<op_record> records;
@@ -428,6 +434,51 @@ struct torch_stage::impl {
                   " bytes, the samples need " + std::to_string(wanted));
   }
 
+  // ---------------------------------------------------------- recomputation
+  Tensor block(std::size_t l, const Tensor& x, const std::vector<std::int64_t>& lengths) {
+    return encoder ? encoder_block(blocks[l], x) : llm_block(blocks[l], x, lengths);
+  }
+  // The stage's blocks on `x`. The first `ctx.recomputed_layers` run without
+  // autograd and keep only their inputs (`g.checkpoints`): what the memory
+  // model prices a recomputed layer at, and what `batch_recompute` chose the
+  // count with. The rest build the graph from `g.resumed`.
+  Tensor run_blocks(graph& g, Tensor x, const stage_context& ctx, const std::vector<std::int64_t>& lengths) {
+    if (ctx.recomputed_layers > blocks.size())
+      throw error("torch_stage (" + std::string(encoder ? "encoder" : "llm") + " stage " +
+                  std::to_string(assignment.role.stage) + "): microbatch " + std::to_string(ctx.microbatch) +
+                  " recomputes " + std::to_string(ctx.recomputed_layers) + " layers, the stage has " +
+                  std::to_string(blocks.size()));
+    const std::size_t recomputed = ctx.recomputed_layers;
+    if (recomputed > 0) {
+      const at::NoGradGuard no_graph;
+      for (std::size_t l = 0; l < recomputed; ++l) {
+        g.checkpoints.push_back(x);
+        x = block(l, x, lengths);
+      }
+      g.resumed = x.detach().requires_grad_(true);
+      x = g.resumed;
+    }
+    for (std::size_t l = recomputed; l < blocks.size(); ++l) x = block(l, x, lengths);
+    return x;
+  }
+  // B of the recomputed layers, last first: each is run again from its kept
+  // input, this time with autograd, and backpropagated from the gradient of
+  // its output; the first one's backward reaches the embedding or the leaf.
+  void backward_recomputed(graph& g, const stage_context& ctx) {
+    if (g.checkpoints.empty()) return;
+    std::vector<std::int64_t> lengths;
+    if (!encoder)
+      for (const sample& s : ctx.samples) lengths.push_back(s.llm_tokens);
+    Tensor gradient = g.resumed.grad();
+    if (!gradient.defined()) return;  // nothing after the recomputed layers depends on them
+    for (std::size_t l = g.checkpoints.size(); l-- > 0;) {
+      Tensor input = l == 0 ? g.checkpoints[0] : g.checkpoints[l].detach().requires_grad_(true);
+      const Tensor output = block(l, input, lengths);
+      output.backward(gradient);
+      if (l > 0) gradient = input.grad();
+    }
+  }
+
   void forward(stage_context& ctx) {
     const double start = now_seconds(), cpu_start = thread_cpu_seconds();
     graph g;
@@ -441,7 +492,7 @@ struct torch_stage::impl {
           g.leaf = received(ctx.input, {items, o.patches_per_item, o.encoder_hidden});
           x = g.leaf;
         }
-        for (const auto& b : blocks) x = encoder_block(b, x);
+        x = run_blocks(g, x, ctx, {});
         x = assignment.slice.head ? project(x) : x.reshape({items * o.patches_per_item, o.encoder_hidden});
         send(x, ctx.output);
         g.output = x;
@@ -463,7 +514,7 @@ struct torch_stage::impl {
         g.leaf = received(ctx.input, {tokens, o.llm_hidden});
         x = g.leaf;
       }
-      for (const auto& b : blocks) x = llm_block(b, x, lengths);
+      x = run_blocks(g, x, ctx, lengths);
       if (assignment.slice.head) {
         g.output = head_loss(x, ctx.samples);
         g.loss = true;
@@ -475,7 +526,7 @@ struct torch_stage::impl {
     }
     graphs[ctx.microbatch] = std::move(g);
     records.push_back({true, ctx.microbatch, {ctx.samples.indices().begin(), ctx.samples.indices().end()},
-                       now_seconds() - start, thread_cpu_seconds() - cpu_start});
+                       now_seconds() - start, thread_cpu_seconds() - cpu_start, ctx.recomputed_layers});
   }
 
   void backward(stage_context& ctx) {
@@ -493,6 +544,7 @@ struct torch_stage::impl {
         // Read in place: the executor keeps the buffer until the call returns.
         g.output.backward(at::from_blob(const_cast<std::byte*>(ctx.output_grad.data()), g.output.sizes(), options()));
       }
+      backward_recomputed(g, ctx);
       store.check_gradients();
     }
     if (!ctx.input_grad.empty()) {
@@ -502,7 +554,7 @@ struct torch_stage::impl {
         send(g.leaf.grad(), ctx.input_grad);  // one copy out of the tensor
     }
     records.push_back({false, ctx.microbatch, {ctx.samples.indices().begin(), ctx.samples.indices().end()},
-                       now_seconds() - start, thread_cpu_seconds() - cpu_start});
+                       now_seconds() - start, thread_cpu_seconds() - cpu_start, ctx.recomputed_layers});
   }
 };
 

@@ -15,6 +15,10 @@
 //! - B runs that graph backward from `ctx.output_grad` (read in place) or the
 //!   loss, accumulates weight gradients into one flat buffer (the DP sum's
 //!   `gradients()`), and copies the input's gradient once into `ctx.input_grad`.
+//! - With `ctx.recomputed_layers` = k (the batch's data-aware count), F runs the
+//!   stage's first k layers without autograd, keeping only each one's input, and
+//!   B runs them again from those inputs, last first, before backpropagating
+//!   through them: the gradients are those of a run that kept everything.
 //! - After every step, `update` applies Adam to the summed gradients and zeroes them.
 #pragma once
 
@@ -44,6 +48,7 @@ struct op_record {
   std::vector<std::uint32_t> samples;  //!< indices into the step's batch
   double seconds = 0;                  //!< wall time of the call
   double cpu_seconds = 0;              //!< CPU time of the call on its thread (cpu_clock.hpp)
+  std::uint32_t recomputed_layers = 0; //!< the stage's first layers recomputed for this microbatch (`stage_context`)
 };
 
 //! A stage of the torch model: the layers [first_layer, end_layer) of its module

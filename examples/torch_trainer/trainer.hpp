@@ -58,6 +58,9 @@ struct trainer_options {
   bool check = false;                 //!< compare each step's loss with the single-process run
   double tolerance = 0;               //!< relative; 0: 1e-5 (float32) or 1e-12 (float64)
   bool op_log = false;                //!< every op's measured and predicted milliseconds on stderr
+  //! Memory of each rank's "GPU" in MiB (0: `cpu_core()`'s 8 GiB). Less makes
+  //! the planner and each batch recompute layers (`torch_stage` then really does).
+  double memory_mib = 0;
   //! How fast the calibrated prices follow the machine (`calibration_options::weight`).
   double calibration_weight = 0.5;
 };
@@ -69,8 +72,11 @@ using calibrated_costs = calibrated_cost_model<fitted_cost_model>;
 
 //! A CPU core as the planner's "GPU": memory enough for the small model, links
 //! of shared memory between processes (their time is small next to the ops).
-[[nodiscard]] inline gpu_spec cpu_core() {
-  return {"cpu-core", 5e10, std::int64_t{8} << 30, 5e9, 5e9, 20e-6};
+[[nodiscard]] inline gpu_spec cpu_core(double memory_mib = 0) {
+  if (!(memory_mib >= 0) || !std::isfinite(memory_mib))
+    throw input_error("--memory-mib", 0, "must be finite and >= 0 (0: 8 GiB), got " + std::to_string(memory_mib));
+  const std::int64_t memory = memory_mib > 0 ? static_cast<std::int64_t>(memory_mib * 1048576.0) : std::int64_t{8} << 30;
+  return {"cpu-core", 5e10, memory, 5e9, 5e9, 20e-6};
 }
 
 //! The fitted model extended to TP degrees 2, 4, ... up to `gpus`: this trainer's
@@ -116,7 +122,7 @@ struct trainer_inputs {
       throw input_error("--plan", 0, "the plan is for model '" + out.chosen.model_spec.name +
                                          "' of other sizes than this trainer's model (plan it with the same flags)");
   } else {
-    const cluster_spec cluster{options.gpus, options.gpus, cpu_core()};
+    const cluster_spec cluster{options.gpus, options.gpus, cpu_core(options.memory_mib)};
     planner_options planning;
     planning.global_batch = options.global_batch;
     planning.batches = 2;
@@ -180,6 +186,14 @@ void run_step(Communicator& world, Runner& run, const trainer_inputs& inputs, co
   const step_result result = run.step(scheduled, batch);
   run.stage().update();
 
+  // Layers recomputed in this step's backward ops by the first TP rank of every
+  // stage replica (each op once): what the batch's data-aware counts asked for.
+  double recomputed = 0;
+  if (mine.role.tp_rank == 0)
+    for (const op_record& op : run.stage().records())
+      if (!op.forward) recomputed += op.recomputed_layers;
+  world.all_reduce_sum(gradient_buffer::of(std::span<double>(&recomputed, 1)), world.resource());
+
   // Both models' prices of every op this rank ran, against its wall and CPU time;
   // all ranks' figures reach every rank in one sum (each rank fills its own slots:
   // a count, then per op whether it was a B, the fitted model's errors against
@@ -196,8 +210,10 @@ void run_step(Communicator& world, Runner& run, const trainer_inputs& inputs, co
     std::vector<sample> samples;
     for (auto index : op.samples) samples.push_back(batch[index]);
     const auto tp = static_cast<int>(mine.tp_size);
-    const pass_time price = inputs.cost.estimate_time(mine.role.module, tp, samples).stage(mine.slice);
-    const pass_time now = calibrated.estimate_time(mine.role.module, tp, samples).stage(mine.slice);
+    const pass_time price =
+        inputs.cost.estimate_time(mine.role.module, tp, samples).stage_recomputing(mine.slice, op.recomputed_layers);
+    const pass_time now =
+        calibrated.estimate_time(mine.role.module, tp, samples).stage_recomputing(mine.slice, op.recomputed_layers);
     const double predicted = op.forward ? price.forward : price.backward;
     const double calibrated_price = op.forward ? now.forward : now.backward;
     if (options.op_log)
@@ -243,6 +259,7 @@ void run_step(Communicator& world, Runner& run, const trainer_inputs& inputs, co
                                 {"predicted_seconds", scheduled.predicted_seconds},
                                 {"samples", batch.size()},
                                 {"microbatches", scheduled.config.microbatches},
+                                {"recomputed_layers", static_cast<std::int64_t>(recomputed)},
                                 {"ranks", world.size()},
                                 {"calibration",
                                  {{"encoder_forward", calibrated.factor(module_kind::encoder, cost_pass::forward)},

@@ -6,6 +6,9 @@
 //     exit 0; STEPS step lines; STEPS check lines (the command runs with --check),
 //     each with a finite pipelined loss within TOLERANCE (relative) of the
 //     single-process run's loss of the same batch, recomputed here; a summary.
+//   recomputes TOLERANCE STEPS -- COMMAND...
+//     as agrees, and the step lines' recomputed_layers (layers the stages
+//     recomputed in their backward ops) add up to more than 0.
 //   falls STEPS FACTOR -- COMMAND...
 //     exit 0; STEPS finite step losses; the mean of the last three is below
 //     FACTOR times the mean of the first three.
@@ -70,8 +73,8 @@ run_lines run_steps(const command& cmd, std::size_t steps) {
   return lines;
 }
 
-void agrees(double tolerance, std::size_t steps, const command& cmd) {
-  const run_lines lines = run_steps(cmd, steps);
+run_lines agrees(double tolerance, std::size_t steps, const command& cmd) {
+  run_lines lines = run_steps(cmd, steps);
   if (lines.checks.size() != steps)
     fail("expected " + std::to_string(steps) + " check lines (run with --check), got " + std::to_string(lines.checks.size()));
   for (std::size_t k = 0; k < steps; ++k) {
@@ -85,6 +88,19 @@ void agrees(double tolerance, std::size_t steps, const command& cmd) {
       fail("step " + std::to_string(k) + ": relative difference " + std::to_string(difference) + " > " +
            std::to_string(tolerance));
   }
+  return lines;
+}
+
+void recomputes(double tolerance, std::size_t steps, const command& cmd) {
+  const run_lines lines = agrees(tolerance, steps, cmd);
+  double recomputed = 0;
+  for (const auto& step : lines.steps) {
+    const double layers = number(step, "recomputed_layers");
+    if (layers < 0 || layers != std::floor(layers)) fail("'recomputed_layers' is not a count: " + step.dump());
+    recomputed += layers;
+  }
+  std::cerr << "layers recomputed over " << steps << " steps: " << recomputed << "\n";
+  if (!(recomputed > 0)) fail("no step recomputed a layer: the memory given does not make the batches recompute");
 }
 
 void falls(std::size_t steps, double factor, const command& cmd) {
@@ -262,7 +278,8 @@ int main(int argc, char** argv) {
     if (split + 1 >= args.size() || args.empty()) fail("usage: torch_trainer_check MODE ARGS... -- COMMAND...");
     const command cmd(args.begin() + static_cast<std::ptrdiff_t>(split) + 1, args.end());
     const std::string& mode = args[0];
-    if (mode == "agrees" && split == 3) agrees(std::stod(args[1]), std::stoul(args[2]), cmd);
+    if (mode == "agrees" && split == 3) (void)agrees(std::stod(args[1]), std::stoul(args[2]), cmd);
+    else if (mode == "recomputes" && split == 3) recomputes(std::stod(args[1]), std::stoul(args[2]), cmd);
     else if (mode == "falls" && split == 3) falls(std::stoul(args[1]), std::stod(args[2]), cmd);
     else if (mode == "fails" && split == 3) fails(std::stoi(args[1]), args[2], cmd);
     else if (mode == "calibrates" && split == 4) calibrates(std::stod(args[1]), std::stoul(args[2]), args[3], cmd);
