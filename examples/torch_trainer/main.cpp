@@ -12,6 +12,7 @@
 #include "torch_stage.hpp"
 #include "trainer.hpp"
 
+#include <dflop/cost/analytic_memory_model.hpp>
 #include <dflop/cost/fitted_cost_model.hpp>
 #include <dflop/cost/profile.hpp>
 #include <dflop/error.hpp>
@@ -55,6 +56,7 @@ struct options {
   int passes = 1;            // --profile-passes
   std::string profile_module = "all";  // --profile-module
   bool cpu_clock = false;    // --profile-clock cpu
+  bool recompute_memory = false;  // --recompute-memory: measure what recomputation keeps, and stop
   double flush_mib = 0;      // --profile-flush-mib
 };
 
@@ -197,6 +199,45 @@ bool report(const options& o, const trainer_inputs& inputs, const std::vector<ru
   return passed;
 }
 
+// --recompute-memory: the first --global-batch samples of the pool in 4
+// microbatches through each whole module, F of all four with the first k layers
+// recomputed (k = 0 .. layers), one JSON line per (module, k): the heap bytes
+// held after the four forwards, against the analytic memory model's kept bytes
+// (what batch_recompute counts: in_flight x kept + working, kept read off 1 and
+// 2 in flight) for the same microbatches.
+void measure_recompute_memory(const options& o) {
+  set_torch_threads(1);
+  const model_options& m = o.run.model;
+  const auto pool = scaled_mixture(o.run.mixture, static_cast<std::size_t>(o.run.pool_samples), o.run.seed, m);
+  const std::size_t n = std::min(pool.size(), static_cast<std::size_t>(o.run.global_batch));
+  constexpr std::size_t parts = 4;
+  if (n < parts) throw dflop::input_error("--global-batch", 0, "--recompute-memory needs at least 4 samples");
+  std::vector<std::vector<dflop::sample>> microbatches(parts);
+  for (std::size_t i = 0; i < n; ++i) microbatches[i * parts / n].push_back(pool[i]);
+  const dflop::analytic_memory_model memory(spec_of(m));
+  for (dflop::module_kind kind : {dflop::module_kind::encoder, dflop::module_kind::llm}) {
+    const std::int64_t layers = kind == dflop::module_kind::encoder ? m.encoder_layers : m.llm_layers;
+    const dflop::stage_slice slice = dflop::layer_range(0, layers, layers);
+    for (std::int64_t k = 0; k <= layers; ++k) {
+      const auto held = held_bytes(m, kind, microbatches, static_cast<std::uint32_t>(k));
+      std::int64_t kept = 0;
+      for (const auto& mb : microbatches) {
+        const auto shape = dflop::shape_of(kind, mb);
+        kept += memory.activation_bytes_recomputing(kind, 1, slice, 2, shape, k) -
+                memory.activation_bytes_recomputing(kind, 1, slice, 1, shape, k);
+      }
+      std::cout << nlohmann::json{{"recompute_memory", true},
+                                  {"module", kind == dflop::module_kind::encoder ? "encoder" : "llm"},
+                                  {"recomputed", k},
+                                  {"layers", layers},
+                                  {"held_bytes", held},
+                                  {"model_kept_bytes", kept}}
+                       .dump()
+                << std::endl;
+    }
+  }
+}
+
 int run(int argc, char** argv, const options& o) {
   bool mpi = false;
   // Says why on every rank and, under MPI, stops the others too (exit 2: bad input, 1: a failure).
@@ -213,6 +254,12 @@ int run(int argc, char** argv, const options& o) {
     validate(o.run.model);
     if (o.profile_module != "all" && o.profile_out.empty())
       throw dflop::input_error("--profile-module", 0, "profiles one module's parts for --profile FILE; a run needs both");
+    if (o.recompute_memory) {
+      if (launched_by_mpirun())
+        throw dflop::input_error("--recompute-memory", 0, "measure in one process (not under mpirun)");
+      measure_recompute_memory(o);
+      return 0;
+    }
     if (!o.profile_out.empty()) {
       if (launched_by_mpirun())
         throw dflop::input_error("--profile", 0, "profile in one process (not under mpirun): every rank would write the file");
@@ -333,6 +380,9 @@ int main(int argc, char** argv) {
           },
           "in (0, 1]"));
   app.add_flag("--op-log", o.run.op_log, "print every op's measured and predicted time (stderr)");
+  app.add_flag("--recompute-memory", o.recompute_memory,
+               "measure the heap bytes each module keeps for 4 microbatches of the first batch with its first "
+               "k layers recomputed, k = 0 .. layers, against the memory model (JSON lines), and stop");
   app.add_option("--memory-mib", o.run.memory_mib,
                  "memory of each rank in MiB as the planner sees it (default 8 GiB); less makes the plan and each "
                  "batch recompute layers, which the stages then do");

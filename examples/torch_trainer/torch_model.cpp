@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <malloc.h>
 #include <map>
 #include <string>
 #include <utility>
@@ -192,6 +193,13 @@ block_parameters declare_block(parameter_store& store, const std::string& prefix
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Heap bytes in use (glibc: arena chunks plus mmapped blocks), what libtorch's
+// CPU allocator draws from directly (it keeps no cache of its own).
+std::size_t heap_in_use() {
+  const struct mallinfo2 info = mallinfo2();
+  return info.uordblks + info.hblkhd;
 }
 
 }  // namespace
@@ -671,6 +679,61 @@ std::vector<double> reference_losses(std::span<const std::vector<sample>> batche
     language.update();
   }
   return losses;
+}
+
+std::vector<std::size_t> held_bytes(const model_options& options, module_kind kind,
+                                    std::span<const std::vector<sample>> microbatches, std::uint32_t recomputed) {
+  torch_stage stage(whole_module(kind, options, true), options);
+  const auto total = [&] {
+    std::size_t targets = 0;
+    for (const auto& mb : microbatches) targets += static_cast<std::size_t>(predicted_tokens(mb, options));
+    return static_cast<double>(std::max<std::size_t>(targets, 1));
+  }();
+  // Every microbatch's buffers first (not counted), one per direction.
+  std::vector<std::vector<std::uint32_t>> indices(microbatches.size());
+  std::vector<std::vector<std::byte>> inputs, outputs, input_grads, output_grads;
+  for (std::size_t j = 0; j < microbatches.size(); ++j) {
+    for (std::uint32_t i = 0; i < microbatches[j].size(); ++i) indices[j].push_back(i);
+    const microbatch_view view(microbatches[j], indices[j]);
+    inputs.emplace_back(stage.input_bytes(view));
+    input_grads.emplace_back(stage.input_bytes(view));
+    outputs.emplace_back(stage.output_bytes(view));
+    output_grads.emplace_back(stage.output_bytes(view));
+  }
+  plain_memory memory;
+  const auto context = [&](std::size_t j, op_kind pass, std::uint32_t layers) {
+    stage_context ctx;
+    ctx.kind = pass;
+    ctx.microbatch = static_cast<std::uint32_t>(j);
+    ctx.stage = kind == module_kind::encoder ? 0 : 1;
+    ctx.stages = 2;
+    ctx.samples = microbatch_view(microbatches[j], indices[j]);
+    ctx.memory = &memory;
+    ctx.input = inputs[j];
+    ctx.output = outputs[j];
+    ctx.input_grad = input_grads[j];
+    ctx.output_grad = output_grads[j];
+    ctx.recomputed_layers = layers;
+    return ctx;
+  };
+  const auto all_forward_then_backward = [&](std::uint32_t layers, std::vector<std::size_t>* held) {
+    stage.begin_step(total);
+    const std::size_t before = heap_in_use();
+    for (std::size_t j = 0; j < microbatches.size(); ++j) {
+      stage_context ctx = context(j, op_kind::forward, layers);
+      stage.forward(ctx);
+      if (held) held->push_back(heap_in_use() - std::min(before, heap_in_use()));
+    }
+    for (std::size_t j = 0; j < microbatches.size(); ++j) {
+      stage_context ctx = context(j, op_kind::backward, layers);
+      stage.backward(ctx);
+    }
+  };
+  // Once untimed and uncounted: the masks by length and the gradient tensors are made once.
+  all_forward_then_backward(0, nullptr);
+  std::vector<std::size_t> held;
+  all_forward_then_backward(recomputed, &held);
+  return held;
 }
 
 // ------------------------------------------------------------ profiling targets

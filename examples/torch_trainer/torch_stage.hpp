@@ -102,6 +102,16 @@ static_assert(pipeline_stage<torch_stage>);
 [[nodiscard]] std::vector<double> reference_losses(std::span<const std::vector<sample>> batches,
                                                    const model_options& options);
 
+//! Heap bytes the whole `kind` module (its embedding, layers and projector or
+//! head) holds after the forward of each of `microbatches` in turn, none
+//! backpropagated yet, with its first `recomputed` layers recomputed: what a
+//! stage holding them all keeps for its backward, measured (glibc's in-use
+//! bytes, libtorch's CPU allocator has no cache), after one untimed pass that
+//! makes the once-only tensors. Single-threaded, deterministic for fixed inputs.
+[[nodiscard]] std::vector<std::size_t> held_bytes(const model_options& options, module_kind kind,
+                                                  std::span<const std::vector<sample>> microbatches,
+                                                  std::uint32_t recomputed);
+
 //! Sizes the profile is measured at: encoder tokens (multiples of patches_per_item) and LLM tokens.
 struct profile_sizes {
   std::vector<double> encoder_tokens;  //!< at least 3, or none: the encoder's parts are not profiled

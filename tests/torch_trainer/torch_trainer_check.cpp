@@ -9,6 +9,10 @@
 //   recomputes TOLERANCE STEPS -- COMMAND...
 //     as agrees, and the step lines' recomputed_layers (layers the stages
 //     recomputed in their backward ops) add up to more than 0.
+//   recompute_memory -- COMMAND...
+//     COMMAND runs --recompute-memory: per module a line per k = 0 .. layers,
+//     the held bytes growing with each microbatch and falling with each layer
+//     recomputed, as the memory model's kept bytes do.
 //   falls STEPS FACTOR -- COMMAND...
 //     exit 0; STEPS finite step losses; the mean of the last three is below
 //     FACTOR times the mean of the first three.
@@ -41,6 +45,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -268,6 +273,42 @@ void calibrates(double scale, std::size_t steps, const std::string& profile, con
   }
 }
 
+// Per module, the --recompute-memory lines for k = 0 .. layers: the bytes held
+// grow with each microbatch forwarded, and fall with every further layer
+// recomputed (a layer that keeps only its input holds less than one that keeps
+// all), as the memory model's kept bytes do.
+void recompute_memory(const command& cmd) {
+  const auto outcome = dflop::test::run_command(cmd);
+  if (outcome.status != 0) fail("exit status " + std::to_string(outcome.status) + "\n" + outcome.output);
+  std::map<std::string, std::vector<nlohmann::json>> by_module;
+  std::istringstream lines(outcome.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line.front() != '{') continue;
+    auto value = nlohmann::json::parse(line);
+    if (value.value("recompute_memory", false)) by_module[value["module"].get<std::string>()].push_back(value);
+  }
+  if (by_module.size() != 2) fail("expected lines for the encoder and the LLM:\n" + outcome.output);
+  for (const auto& [module, rows] : by_module) {
+    const auto layers = rows.front()["layers"].get<std::size_t>();
+    if (rows.size() != layers + 1) fail(module + ": expected a line per k = 0 .. " + std::to_string(layers));
+    double previous_held = 0, previous_model = 0;
+    for (std::size_t k = 0; k < rows.size(); ++k) {
+      if (rows[k]["recomputed"].get<std::size_t>() != k) fail(module + ": lines out of order: " + rows[k].dump());
+      const auto held = rows[k]["held_bytes"].get<std::vector<double>>();
+      if (held.empty()) fail(module + ": no microbatch measured");
+      for (std::size_t j = 1; j < held.size(); ++j)
+        if (!(held[j] > held[j - 1])) fail(module + ": forwarding a microbatch held no more bytes: " + rows[k].dump());
+      const double model = number(rows[k], "model_kept_bytes");
+      std::cerr << module << " k=" << k << ": held " << held.back() << " bytes (model " << model << ")\n";
+      if (k > 0 && !(held.back() < previous_held))
+        fail(module + ": recomputing " + std::to_string(k) + " layers holds no less than " + std::to_string(k - 1));
+      if (k > 0 && !(model < previous_model)) fail(module + ": the model's kept bytes did not fall at k=" + std::to_string(k));
+      previous_held = held.back();
+      previous_model = model;
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -280,6 +321,7 @@ int main(int argc, char** argv) {
     const std::string& mode = args[0];
     if (mode == "agrees" && split == 3) (void)agrees(std::stod(args[1]), std::stoul(args[2]), cmd);
     else if (mode == "recomputes" && split == 3) recomputes(std::stod(args[1]), std::stoul(args[2]), cmd);
+    else if (mode == "recompute_memory" && split == 1) recompute_memory(cmd);
     else if (mode == "falls" && split == 3) falls(std::stoul(args[1]), std::stod(args[2]), cmd);
     else if (mode == "fails" && split == 3) fails(std::stoi(args[1]), args[2], cmd);
     else if (mode == "calibrates" && split == 4) calibrates(std::stod(args[1]), std::stoul(args[2]), args[3], cmd);
