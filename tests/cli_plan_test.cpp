@@ -62,6 +62,19 @@ TEST_CASE("plan --json prints the configuration, prediction, memory and both bas
   CHECK(plan["ideal_seconds"].get<double>() <= seconds);
   CHECK(plan["memory_gib"].size() ==
         config["encoder"]["pp"].get<std::size_t>() + config["llm"]["pp"].get<std::size_t>());
+  // Where the first sampled batch's GPU time goes: shares adding up to 1; its ops
+  // hold at least the ideal's work (the ideal is the sampled batches' mean).
+  const auto& shares = plan["time_breakdown"];
+  REQUIRE(shares.is_object());
+  const double ops = shares["ops"].get<double>(), sync = shares["gradient_sync"].get<double>(),
+               idle = shares["idle"].get<double>();
+  CHECK(ops + sync + idle == Approx(1));
+  CHECK(ops > 0);
+  CHECK(sync >= 0);
+  CHECK(idle >= 0);
+  const double batch_seconds = shares["iteration_seconds"].get<double>();
+  CHECK(batch_seconds > 0);
+  CHECK(ops * batch_seconds >= 0.8 * plan["ideal_seconds"].get<double>());
   for (const char* method : {"data_blind", "dflop_reference"}) {
     INFO(method);
     const auto& baseline = plan["baselines"][method];
@@ -77,7 +90,8 @@ TEST_CASE("plan prints the side-by-side table and writes a trace", "[plan][cli]"
   const auto result = run_cli("plan" + small_case + " --trace '" + trace + "'", "plan_text");
   INFO(result.err);
   REQUIRE(result.exit_code == 0);
-  for (const char* row : {"data_blind", "dflop_reference", "dflop ", "ideal"}) CHECK_THAT(result.out, Catch::Contains(row));
+  for (const char* row : {"data_blind", "dflop_reference", "dflop ", "ideal", "where the GPU time goes"})
+    CHECK_THAT(result.out, Catch::Contains(row));
   std::ifstream file(trace);
   REQUIRE(file.good());
   const auto events = nlohmann::json::parse(file);

@@ -13,4 +13,5 @@
 #include <dflop/sim/result.hpp>
 #include <dflop/sim/svg_timeline.hpp>
 #include <dflop/sim/text_timeline.hpp>
+#include <dflop/sim/time_breakdown.hpp>
 #include <dflop/sim/timeline.hpp>

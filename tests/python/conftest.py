@@ -56,8 +56,10 @@ def small_trace(tmp_path_factory):
 
 
 def without_timings(plan_json):
-    """A plan's JSON without the search's wall-clock seconds (they differ run to run)."""
+    """A plan's JSON without the search's wall-clock seconds (they differ run to run), and
+    without `dflop plan --json`'s own `time_breakdown` of one batch (not part of a plan)."""
     document = json.loads(json.dumps(plan_json))
+    document.pop("time_breakdown", None)
     for key in list(document.get("search", {})):
         if key.endswith("seconds"):
             del document["search"][key]

@@ -17,6 +17,7 @@
 #include <dflop/sim/multimodal.hpp>
 #include <dflop/sim/svg_timeline.hpp>
 #include <dflop/sim/text_timeline.hpp>
+#include <dflop/sim/time_breakdown.hpp>
 #include <dflop/sim/timeline.hpp>
 #include <dflop/workload/mixture.hpp>
 #include <dflop/workload/trace.hpp>
@@ -98,10 +99,33 @@ void run_plan(const plan_command_options& options) {
                 << options.exclude_unfittable << "\n";
   }
 
+  // One sampled batch scheduled and simulated: where its GPU time goes, and the timeline.
+  const auto& batch = planner.sampled_batches().front();
+  const auto scheduled = planner.schedule_batch(result.chosen, batch, options.seed);
+  const auto layout = planner.layout_of(result.chosen);
+  const auto simulated = dflop::multimodal_simulator{}.simulate(layout.schedule, scheduled.costs, scheduled.slot_order);
+  const auto line = dflop::make_timeline(layout.schedule, scheduled.costs, simulated, scheduled.slot_order);
+  const auto shares = dflop::breakdown_of(
+      line,
+      dflop::gpus_per_rank(scheduled.costs, result.chosen.config.encoder.tp, result.chosen.config.llm.tp),
+      static_cast<double>(cluster.gpus));
   if (options.json) {
-    std::cout << dflop::to_json(result).dump(2) << "\n";
+    nlohmann::json out = dflop::to_json(result);
+    out["time_breakdown"] = {{"iteration_seconds", simulated.makespan},
+                             {"ops", shares.ops},
+                             {"gradient_sync", shares.gradient_sync},
+                             {"idle", shares.idle}};
+    std::cout << out.dump(2) << "\n";
   } else {
     std::cout << result;
+    const auto percent = [](double share) { return dflop::detail::format_fixed(100 * share, 1) + "%"; };
+    std::cout << "\nwhere the GPU time goes (first sampled batch, " << dflop::detail::format_fixed(simulated.makespan, 3)
+              << " s): ops " << percent(shares.ops) << " (the ideal's work about "
+              << percent(result.ideal_seconds / simulated.makespan)
+              << "; the rest TP communication, recomputation, work below the best efficiency), gradient sync "
+                 "outside ops "
+              << percent(shares.gradient_sync) << ", idle " << percent(shares.idle)
+              << " (bubbles, waits between the modules, unused GPUs)\n";
   }
   if (!options.save.empty()) {
     dflop::write_plan(options.save, result);
@@ -111,11 +135,6 @@ void run_plan(const plan_command_options& options) {
   }
 
   if (options.timeline || !options.trace.empty() || !options.svg.empty()) {
-    const auto& batch = planner.sampled_batches().front();
-    const auto scheduled = planner.schedule_batch(result.chosen, batch, options.seed);
-    const auto layout = planner.layout_of(result.chosen);
-    const auto simulated = dflop::multimodal_simulator{}.simulate(layout.schedule, scheduled.costs, scheduled.slot_order);
-    const auto line = dflop::make_timeline(layout.schedule, scheduled.costs, simulated, scheduled.slot_order);
     if (!options.trace.empty()) {
       dflop::write_chrome_trace(line, options.trace);
       if (!options.json) std::cout << "\ntrace of one iteration written to " << options.trace << "\n";
