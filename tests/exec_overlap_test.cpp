@@ -35,6 +35,7 @@ struct observations {
   std::vector<std::string> final_ops;  // "stage s: B3" per op marked final
   int sums_seen_inside = 0;            // buckets whose sum arrived before the final op returned
   int sums_missing_inside = 0;         // ... and whose did not (within the wait)
+  std::size_t sums_reported = 0;       // step_result::gradient_sums_overlapped over all ranks
 };
 
 // A stage whose backward adds (bucket + 1) to every element of each gradient
@@ -117,9 +118,11 @@ std::vector<std::vector<std::vector<double>>> run_buckets(const pipeline_schedul
     std::vector<bucket_stage<Weight>> stages(1);
     stages[0] = {pipeline_rank, ranks, replicas, m, post, &seen};
     executor<inproc_communicator, bucket_stage<Weight>> run(comm, ranks, std::move(stages), {.watchdog_seconds = 20});
-    (void)run.step(schedule, batch);
+    const step_result result = run.step(schedule, batch);
     std::lock_guard lock(mutex);
     out[static_cast<std::size_t>(comm.rank())] = run.stages()[0].grads;
+    std::lock_guard counting(seen.mutex);
+    seen.sums_reported += result.gradient_sums_overlapped;
   });
   return out;
 }
@@ -142,6 +145,9 @@ TEST_CASE("sums said final in the last gradient op land while it runs and equal 
       // Every bucket of every rank was summed before its final op returned.
       CHECK(overlapped.sums_seen_inside == static_cast<int>(2 * replicas * buckets));
       CHECK(overlapped.sums_missing_inside == 0);
+      // The step reports those sums as overlapped, and none when nothing was said final.
+      CHECK(overlapped.sums_reported == 2 * replicas * buckets);
+      CHECK(plain.sums_reported == 0);
       // One final op per rank: the last W when split (the stage has a weight pass), else the last B.
       CHECK(overlapped.final_ops.size() == 2 * replicas);
       for (const auto& op : overlapped.final_ops) {

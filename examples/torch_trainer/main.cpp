@@ -386,6 +386,10 @@ int main(int argc, char** argv) {
   app.add_option("--memory-mib", o.run.memory_mib,
                  "memory of each rank in MiB as the planner sees it (default 8 GiB); less makes the plan and each "
                  "batch recompute layers, which the stages then do");
+  app.add_option("--gradient-bucket-mib", o.run.gradient_bucket_mib,
+                 "plan with gradient buckets of this many MiB: each stage says each bucket final in its last "
+                 "backward, so its data-parallel sum overlaps the rest, as predicted (default 0: one sum after "
+                 "the last op)");
   app.add_option("--tolerance", o.run.tolerance, "relative tolerance of --check (default 1e-5; 1e-12 with --float64)");
   app.add_flag("--float64", m.float64, "double precision");
   app.add_option("--model-seed", m.seed, "initial weights and sample contents");

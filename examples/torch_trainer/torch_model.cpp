@@ -109,18 +109,27 @@ public:
       Tensor p = flat_.narrow(0, offset, n).view(s.shape).detach().requires_grad_(true);
       p.mutable_grad() = grad_.narrow(0, offset, n).view(s.shape);
       tensors_.push_back(p);
+      offsets_.push_back(offset);
       offset += n;
     }
+    offsets_.push_back(offset);
   }
+
+  // Parameters declared so far (the index the next one gets).
+  [[nodiscard]] std::size_t declared() const noexcept { return specs_.size(); }
+  // Where parameter `i` starts in the flat buffers (`declared()`: their end); after `allocate`.
+  [[nodiscard]] std::int64_t offset_of(std::size_t i) const { return offsets_.at(i); }
 
   [[nodiscard]] const Tensor& operator[](std::size_t i) const { return tensors_.at(i); }
   [[nodiscard]] std::size_t count() const noexcept { return static_cast<std::size_t>(flat_.defined() ? flat_.numel() : 0); }
 
-  [[nodiscard]] gradient_buffer gradients() {
-    if (!grad_.defined() || grad_.numel() == 0) return {};
+  [[nodiscard]] gradient_buffer gradients() { return gradients(0, grad_.defined() ? grad_.numel() : 0); }
+  // The flat gradient's elements [begin, end).
+  [[nodiscard]] gradient_buffer gradients(std::int64_t begin, std::int64_t end) {
+    if (!grad_.defined() || end <= begin) return {};
     const bool single = grad_.scalar_type() == at::kFloat;
-    return {grad_.data_ptr(), static_cast<std::size_t>(grad_.numel()),
-            single ? element_type::float32 : element_type::float64};
+    return {static_cast<std::byte*>(grad_.data_ptr()) + begin * static_cast<std::int64_t>(grad_.element_size()),
+            static_cast<std::size_t>(end - begin), single ? element_type::float32 : element_type::float64};
   }
 
   // Autograd must have added into the flat gradient, not replaced a parameter's .grad.
@@ -161,6 +170,7 @@ private:
 
   std::vector<spec> specs_;
   std::vector<Tensor> tensors_;
+  std::vector<std::int64_t> offsets_;  // per parameter, then the end
   Tensor flat_, grad_, first_moment_, second_moment_;
   int steps_ = 0;
 };
@@ -230,12 +240,31 @@ struct torch_stage::impl {
     // one's output as a leaf, where the rest of the graph starts.
     std::vector<Tensor> checkpoints;
     Tensor resumed;
+    // With gradient buckets, the graph is cut at every kept layer's input and
+    // at the head's (each after the first a leaf), so B can backpropagate one
+    // layer at a time and say each bucket final as soon as it is.
+    std::vector<Tensor> block_inputs, block_outputs;  // per layer (kept ones only)
+    Tensor head_input;
   };
   std::map<std::uint32_t, graph> graphs;  // per microbatch in flight
   std::vector<op_record> records;
   double targets = 1;
 
-  impl(const stage_assignment& a, const model_options& options)
+  // The parameters' declaration order: embedding, each block (`block_specs`:
+  // where its parameters start), then the projector or head (`head_spec` on).
+  std::vector<std::size_t> block_specs;
+  std::size_t head_spec = 0;
+  // Gradient buckets: ranges of the flat gradient, in the order B finishes them
+  // (head, last layer, ..., first layer with the embedding). `closes[u]` is the
+  // bucket that B's u-th unit (head, then each layer, last first) completes,
+  // or `no_bucket`. One bucket and no `gradients_ready` calls without a size.
+  static constexpr std::size_t no_bucket = std::numeric_limits<std::size_t>::max();
+  std::vector<gradient_buffer> buckets;
+  std::vector<std::size_t> closes;
+  bool says_buckets = false;
+  std::size_t units_done = 0;  // in the running B op
+
+  impl(const stage_assignment& a, const model_options& options, double gradient_bucket_bytes = 0)
       : assignment(a), o(options), dtype(options.float64 ? at::kDouble : at::kFloat),
         encoder(a.role.module == module_kind::encoder) {
     validate(o);
@@ -247,8 +276,11 @@ struct torch_stage::impl {
         embed_b = store.declare("encoder.patch.b", {h}, init::zeros);
         positions = store.declare("encoder.positions", {o.patches_per_item, h}, init::normal, 0.02);
       }
-      for (std::int64_t l = a.first_layer; l < a.end_layer; ++l)
+      for (std::int64_t l = a.first_layer; l < a.end_layer; ++l) {
+        block_specs.push_back(store.declared());
         blocks.push_back(declare_block(store, "encoder.layer" + std::to_string(l), h, o.encoder_ffn, o.encoder_layers));
+      }
+      head_spec = store.declared();
       if (a.slice.head) {
         const std::int64_t lh = o.llm_hidden;
         norm_w = store.declare("projector.norm.w", {h}, init::ones);
@@ -267,8 +299,11 @@ struct torch_stage::impl {
         embed_w = store.declare("llm.tokens", {o.vocab, h}, init::normal, 1.0);
         positions = store.declare("llm.positions", {o.max_positions, h}, init::normal, 0.02);
       }
-      for (std::int64_t l = a.first_layer; l < a.end_layer; ++l)
+      for (std::int64_t l = a.first_layer; l < a.end_layer; ++l) {
+        block_specs.push_back(store.declared());
         blocks.push_back(declare_block(store, "llm.layer" + std::to_string(l), h, o.llm_ffn, o.llm_layers));
+      }
+      head_spec = store.declared();
       if (a.slice.head) {
         norm_w = store.declare("llm.norm.w", {h}, init::ones);
         norm_b = store.declare("llm.norm.b", {h}, init::zeros);
@@ -276,6 +311,56 @@ struct torch_stage::impl {
       }
     }
     store.allocate(dtype, o.seed);
+    make_buckets(gradient_bucket_bytes);
+  }
+
+  // B's units in the order it finishes them, as ranges of the flat gradient:
+  // the head (when the stage has one), then each layer, last first (the first
+  // with the embedding before it); consecutive units are grouped into buckets
+  // of at least `bucket_bytes` (the last may be smaller).
+  void make_buckets(double bucket_bytes) {
+    if (!(bucket_bytes >= 0) || !std::isfinite(bucket_bytes))
+      throw error("torch_stage: the gradient bucket size must be finite and >= 0 bytes, got " +
+                  std::to_string(bucket_bytes));
+    const std::int64_t total = store.offset_of(store.declared());
+    buckets.clear();
+    closes.clear();
+    says_buckets = bucket_bytes > 0 && !blocks.empty();
+    if (!says_buckets) {
+      buckets.push_back(store.gradients());
+      return;
+    }
+    std::vector<std::pair<std::int64_t, std::int64_t>> units;  // [begin, end), in B's order
+    const std::int64_t head_begin = store.offset_of(head_spec);
+    if (head_begin < total) units.emplace_back(head_begin, total);
+    for (std::size_t l = blocks.size(); l-- > 0;)
+      units.emplace_back(l == 0 ? 0 : store.offset_of(block_specs[l]),
+                         l + 1 < blocks.size() ? store.offset_of(block_specs[l + 1]) : head_begin);
+    const auto element_bytes = static_cast<double>(o.element_bytes());
+    std::int64_t bucket_end = units.front().second;
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      const std::int64_t begin = units[u].first;
+      const bool last = u + 1 == units.size();
+      if (last || static_cast<double>(bucket_end - begin) * element_bytes >= bucket_bytes) {
+        closes.push_back(buckets.size());
+        buckets.push_back(store.gradients(begin, bucket_end));
+        bucket_end = begin;
+      } else {
+        closes.push_back(no_bucket);
+      }
+    }
+  }
+  // B finished its next unit: in the stage's last gradient-producing op, a
+  // bucket that unit completes is final, and its data-parallel sum may start.
+  void unit_done(const stage_context& ctx) {
+    if (!says_buckets || !ctx.final_gradients || units_done >= closes.size()) return;
+    const std::size_t bucket = closes[units_done++];
+    if (bucket != no_bucket) ctx.gradients_ready(buckets[bucket]);
+  }
+  // The op's units not reached (nothing flowed back through them) are final as
+  // they are: every replica says every bucket, in the same order.
+  void remaining_units_done(const stage_context& ctx) {
+    while (says_buckets && ctx.final_gradients && units_done < closes.size()) unit_done(ctx);
   }
 
   [[nodiscard]] std::int64_t hidden() const noexcept { return encoder ? o.encoder_hidden : o.llm_hidden; }
@@ -466,8 +551,27 @@ struct torch_stage::impl {
       g.resumed = x.detach().requires_grad_(true);
       x = g.resumed;
     }
-    for (std::size_t l = recomputed; l < blocks.size(); ++l) x = block(l, x, lengths);
+    if (says_buckets) {
+      g.block_inputs.resize(blocks.size());
+      g.block_outputs.resize(blocks.size());
+    }
+    for (std::size_t l = recomputed; l < blocks.size(); ++l) {
+      if (says_buckets) {
+        if (l > recomputed) x = x.detach().requires_grad_(true);
+        g.block_inputs[l] = x;
+      }
+      x = block(l, x, lengths);
+      if (says_buckets) g.block_outputs[l] = x;
+    }
     return x;
+  }
+  // Where the projector or head starts: a leaf of its own with buckets (see `graph`).
+  Tensor head_boundary(graph& g, const Tensor& x) const {
+    if (!says_buckets) return x;
+    // Every layer recomputed: `x` is `g.resumed`, already a leaf, which B of
+    // the recomputed layers starts from.
+    g.head_input = x.is_leaf() ? x : x.detach().requires_grad_(true);
+    return g.head_input;
   }
   // B of the recomputed layers, last first: each is run again from its kept
   // input, this time with autograd, and backpropagated from the gradient of
@@ -483,7 +587,30 @@ struct torch_stage::impl {
       Tensor input = l == 0 ? g.checkpoints[0] : g.checkpoints[l].detach().requires_grad_(true);
       const Tensor output = block(l, input, lengths);
       output.backward(gradient);
+      unit_done(ctx);
       if (l > 0) gradient = input.grad();
+    }
+  }
+  // B of the kept part, one unit at a time (see `graph`): the head from the
+  // loss or the output gradient, then each kept layer, last first, from the
+  // gradient its successor left on its output.
+  void backward_in_units(graph& g, const stage_context& ctx, const Tensor& output_grad) {
+    Tensor top = g.output, gradient = output_grad;
+    const std::size_t first_kept = g.checkpoints.size();
+    if (g.head_input.defined()) {
+      top.backward(gradient);
+      unit_done(ctx);
+      top = g.block_outputs.back();
+      gradient = g.head_input.grad();
+    }
+    for (std::size_t l = blocks.size(); l-- > first_kept;) {
+      if (!gradient.defined()) return;  // nothing flowed back this far
+      top.backward(gradient);
+      unit_done(ctx);
+      if (l > first_kept) {
+        top = g.block_outputs[l - 1];
+        gradient = g.block_inputs[l].grad();
+      }
     }
   }
 
@@ -501,7 +628,8 @@ struct torch_stage::impl {
           x = g.leaf;
         }
         x = run_blocks(g, x, ctx, {});
-        x = assignment.slice.head ? project(x) : x.reshape({items * o.patches_per_item, o.encoder_hidden});
+        x = assignment.slice.head ? project(head_boundary(g, x))
+                                  : x.reshape({items * o.patches_per_item, o.encoder_hidden});
         send(x, ctx.output);
         g.output = x;
       } else {
@@ -524,7 +652,7 @@ struct torch_stage::impl {
       }
       x = run_blocks(g, x, ctx, lengths);
       if (assignment.slice.head) {
-        g.output = head_loss(x, ctx.samples);
+        g.output = head_loss(head_boundary(g, x), ctx.samples);
         g.loss = true;
         ctx.loss = g.output.item<double>();
       } else {
@@ -544,17 +672,20 @@ struct torch_stage::impl {
       throw error("torch_stage: backward of microbatch " + std::to_string(ctx.microbatch) + " before its forward");
     graph g = std::move(found->second);
     graphs.erase(found);
+    units_done = 0;
     if (g.output.defined()) {
-      if (g.loss) {
-        g.output.backward();
-      } else {
+      Tensor output_grad;  // none for the loss
+      if (!g.loss) {
         expect(ctx.output_grad.size(), static_cast<std::size_t>(g.output.numel()) * o.element_bytes(), "output gradient");
         // Read in place: the executor keeps the buffer until the call returns.
-        g.output.backward(at::from_blob(const_cast<std::byte*>(ctx.output_grad.data()), g.output.sizes(), options()));
+        output_grad = at::from_blob(const_cast<std::byte*>(ctx.output_grad.data()), g.output.sizes(), options());
       }
+      if (says_buckets) backward_in_units(g, ctx, output_grad);
+      else g.output.backward(output_grad);
       backward_recomputed(g, ctx);
       store.check_gradients();
     }
+    remaining_units_done(ctx);
     if (!ctx.input_grad.empty()) {
       if (!g.leaf.defined() || !g.leaf.grad().defined())
         std::memset(ctx.input_grad.data(), 0, ctx.input_grad.size());
@@ -568,8 +699,9 @@ struct torch_stage::impl {
 
 // ------------------------------------------------------------ torch_stage
 
-torch_stage::torch_stage(const stage_assignment& assignment, const model_options& options)
-    : impl_(std::make_unique<impl>(assignment, options)) {}
+torch_stage::torch_stage(const stage_assignment& assignment, const model_options& options,
+                         double gradient_bucket_bytes)
+    : impl_(std::make_unique<impl>(assignment, options, gradient_bucket_bytes)) {}
 torch_stage::~torch_stage() = default;
 torch_stage::torch_stage(torch_stage&&) noexcept = default;
 torch_stage& torch_stage::operator=(torch_stage&&) noexcept = default;
@@ -584,7 +716,7 @@ std::size_t torch_stage::output_bytes(const microbatch_view& mb) const {
 }
 void torch_stage::forward(stage_context& ctx) { impl_->forward(ctx); }
 void torch_stage::backward(stage_context& ctx) { impl_->backward(ctx); }
-std::array<gradient_buffer, 1> torch_stage::gradients() { return {impl_->store.gradients()}; }
+std::span<const gradient_buffer> torch_stage::gradients() const noexcept { return impl_->buckets; }
 void torch_stage::begin_step(double targets) {
   if (!(targets > 0)) throw error("torch_stage::begin_step: a batch needs at least one predicted token");
   impl_->targets = targets;

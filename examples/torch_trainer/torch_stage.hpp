@@ -19,6 +19,11 @@
 //!   stage's first k layers without autograd, keeping only each one's input, and
 //!   B runs them again from those inputs, last first, before backpropagating
 //!   through them: the gradients are those of a run that kept everything.
+//! - With a gradient bucket size, B runs one unit at a time (the head, then each
+//!   layer, last first: the graph is cut at their inputs) and, in the stage's last
+//!   B of the step, says each bucket of units final (`ctx.gradients_ready`) as
+//!   soon as it is: its data-parallel sum then runs under the rest of that B, as
+//!   the simulator predicts with `batch_options::gradient_bucket_bytes`.
 //! - After every step, `update` applies Adam to the summed gradients and zeroes them.
 #pragma once
 
@@ -55,8 +60,12 @@ struct op_record {
 //! (and the embedding / projector / head where `slice` says) of `assignment`.
 class torch_stage {
 public:
-  //! Builds the stage's parameters (deterministic: layer l of a module starts the same everywhere).
-  torch_stage(const stage_assignment& assignment, const model_options& options);
+  //! Builds the stage's parameters (deterministic: layer l of a module starts the
+  //! same everywhere). With `gradient_bucket_bytes` > 0 the gradients come in
+  //! buckets of at least that many bytes, each said final as B finishes it (the
+  //! plan's `batch.gradient_bucket_bytes`, so the prediction prices what runs);
+  //! 0: one buffer, summed after the step's last op.
+  torch_stage(const stage_assignment& assignment, const model_options& options, double gradient_bucket_bytes = 0);
   ~torch_stage();
   torch_stage(torch_stage&&) noexcept;
   torch_stage& operator=(torch_stage&&) noexcept;
@@ -69,8 +78,9 @@ public:
   void forward(stage_context& ctx);
   //! B (see the file comment).
   void backward(stage_context& ctx);
-  //! The flat weight-gradient buffer, summed over the data-parallel group by the executor.
-  [[nodiscard]] std::array<gradient_buffer, 1> gradients();
+  //! The flat weight-gradient buffer as its buckets (one without a bucket size),
+  //! summed over the data-parallel group by the executor.
+  [[nodiscard]] std::span<const gradient_buffer> gradients() const noexcept;
 
   //! Before a step: the loss is summed cross-entropy over `targets` predicted
   //! tokens of the whole global batch, divided by it (a mean over the batch).

