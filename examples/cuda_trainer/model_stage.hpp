@@ -12,7 +12,9 @@
 //!   device value: the loss stays on the device during the step (`ctx.loss` is 0);
 //! - B walks the layers back, adds each weight gradient into the stage's
 //!   gradient buffer (device memory; the executor sums it over the data-parallel
-//!   group after the step) and writes `ctx.input_grad`.
+//!   group) and writes `ctx.input_grad`. With a gradient bucket size (the plan's
+//!   `batch.gradient_bucket_bytes`), the stage's last B says each bucket of layers
+//!   final as soon as its kernels are queued, so its sum overlaps the rest of B.
 //! - Per-microbatch row tables (which sample and row each activation row is) are
 //!   built on the host and copied into scratch memory on the stream.
 //! After every step call `finish_step` (reads the loss once, waiting for the
@@ -26,6 +28,7 @@
 #include "model.hpp"
 
 #include <dflop/error.hpp>
+#include <dflop/exec/gradient_buckets.hpp>
 #include <dflop/exec/microbatch_view.hpp>
 #include <dflop/exec/plan_runner.hpp>
 #include <dflop/exec/stage.hpp>
@@ -54,8 +57,11 @@ public:
   //! Where its work runs: a CUDA stream, or the host thread.
   using resource_type = typename Backend::resource_type;
 
-  //! The stage `assignment` names (layers [first_layer, end_layer) of its module).
-  model_stage(const stage_assignment& assignment, const model_options& options, Backend backend = Backend{})
+  //! The stage `assignment` names (layers [first_layer, end_layer) of its
+  //! module); gradients in buckets of at least `gradient_bucket_bytes`, each a
+  //! run of layers, said final in the last B (0: one buffer, summed after the step).
+  model_stage(const stage_assignment& assignment, const model_options& options, Backend backend = Backend{},
+              double gradient_bucket_bytes = 0)
       : assignment_(assignment), options_(options), backend_(std::move(backend)),
         layers_(static_cast<std::size_t>(assignment.end_layer - assignment.first_layer)),
         parameters_(initial_parameters(assignment, options.hidden)),
@@ -64,6 +70,13 @@ public:
         squares_(std::vector<double>(squares_chunks() + 1, 0.0)) {
     if (options.hidden == 0 || options.tokens_per_row <= 0)
       throw input_error("model", 0, "hidden and tokens_per_row must be positive");
+    // B finishes layer l's gradient [l P, (l + 1) P), last layer first. The buffers
+    // point into `gradients_`, whose memory moves with the stage.
+    std::vector<gradient_unit> units;
+    const std::size_t per_layer = layer_parameters(hidden());
+    for (std::size_t l = layers_; l-- > 0;) units.push_back({l * per_layer, (l + 1) * per_layer});
+    buckets_ = gradient_buckets(gradient_buffer::of(std::span<double>(gradients_.data(), gradients_.size())), units,
+                                parameters_.empty() ? 0.0 : gradient_bucket_bytes);
   }
 
   //! Input activation bytes: the previous stage's rows (the hand-off: encoder rows; none on position 0).
@@ -133,17 +146,20 @@ public:
       dy = as_span<double>(ctx.output_grad).data();
     }
     const bool input_gradient = assignment_.role.position > 0;
+    buckets_.begin_op();
     for (std::size_t l = layers_; l-- > 0;) {
       const double* x = x0 + l * n;
       backend_.launch(ctx.resource, n, tanh_backward{dy, x, x + n, dpre});
       if (rows > 0)
         backend_.launch(ctx.resource, layer_parameters(hidden()),
                         dense_weight_gradient{x, dpre, rows, gradients_.data() + l * layer_parameters(hidden()), hidden()});
+      buckets_.unit_done(ctx);  // layer l's gradient is queued: a bucket it completes may be summed after it
       if (l > 0 || input_gradient) {
         backend_.launch(ctx.resource, n, residual_input_gradient{dy, dpre, layer(l), dx, hidden()});
         dy = dx;
       }
     }
+    buckets_.rest_done(ctx);
     if (!input_gradient) return;
     expect(ctx.input_grad.size(), input_bytes(ctx.samples), "input gradient");
     if (module_first()) {  // the LLM's first stage: each hand-off row's gradient is its text row's
@@ -155,9 +171,9 @@ public:
     }
   }
 
-  //! The stage's weight gradients (device memory with the CUDA backend), summed
-  //! over its data-parallel group by the executor after each step.
-  [[nodiscard]] std::span<double> gradients() { return {gradients_.data(), gradients_.size()}; }
+  //! The stage's weight gradients (device memory with the CUDA backend) as its
+  //! buckets, summed over its data-parallel group by the executor.
+  [[nodiscard]] std::span<const gradient_buffer> gradients() const noexcept { return buckets_.buffers(); }
 
   //! After a step: waits for `resource`, returns this rank's share of the loss
   //! and of the squared gradient norm (each counted once over the world), and
@@ -268,6 +284,7 @@ private:
   typename Backend::array gradients_;   // the same shape (at least one value: every stage joins the sums)
   typename Backend::array loss_;        // the step's loss so far (LLM last stage)
   typename Backend::array squares_;     // partial sums of squared gradients, then their total
+  gradient_buckets buckets_;            // `gradients_` as the executor sums it
   std::vector<row_info> rows_;          // host staging of the row tables
   std::vector<handoff_source> sources_;
 };

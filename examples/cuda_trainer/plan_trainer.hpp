@@ -47,6 +47,7 @@ struct step_report {
   double gradient_norm = 0;  //!< |gradients| over the whole model
   double seconds = 0;        //!< the executor's step (wall time on this rank)
   std::size_t messages = 0;  //!< messages this rank sent
+  std::size_t overlapped_sums = 0;  //!< gradient buckets this rank's last B started summing (`step_result`)
 };
 
 //! The runner type: the plan's named schedule, one stage type for both modules.
@@ -59,7 +60,10 @@ template <class Backend, class Communicator>
 std::vector<step_report> train_rank(Communicator& world, const trainer_inputs& inputs, const run_options& options) {
   const plan& chosen = inputs.chosen;
   trainer_runner<Backend, Communicator> run(
-      chosen, world, [&](const stage_assignment& a) { return model_stage<Backend>(a, options.model); },
+      chosen, world,
+      [&](const stage_assignment& a) {
+        return model_stage<Backend>(a, options.model, Backend{}, chosen.batch.gradient_bucket_bytes);
+      },
       {.watchdog_seconds = options.watchdog}, parse_plan_method(options.method, "--method"),
       named_schedule(chosen.schedule));
   std::vector<step_report> reports;
@@ -71,6 +75,7 @@ std::vector<step_report> train_rank(Communicator& world, const trainer_inputs& i
     report.gradient_norm = std::sqrt(world.all_reduce_value(figures.gradient_squares));
     report.seconds = result.seconds;
     report.messages = result.messages_sent;
+    report.overlapped_sums = result.gradient_sums_overlapped;
     const double norm = report.gradient_norm;  // the same on every rank: every stage takes the same step
     run.stage().update(world.resource(), norm > 0 ? options.learning_rate / norm : 0.0);
     reports.push_back(report);

@@ -7,6 +7,7 @@
 #include "cpu_clock.hpp"
 
 #include <dflop/error.hpp>
+#include <dflop/exec/gradient_buckets.hpp>
 #include <dflop/util/random.hpp>
 
 #include <ATen/ATen.h>
@@ -123,13 +124,11 @@ public:
   [[nodiscard]] const Tensor& operator[](std::size_t i) const { return tensors_.at(i); }
   [[nodiscard]] std::size_t count() const noexcept { return static_cast<std::size_t>(flat_.defined() ? flat_.numel() : 0); }
 
-  [[nodiscard]] gradient_buffer gradients() { return gradients(0, grad_.defined() ? grad_.numel() : 0); }
-  // The flat gradient's elements [begin, end).
-  [[nodiscard]] gradient_buffer gradients(std::int64_t begin, std::int64_t end) {
-    if (!grad_.defined() || end <= begin) return {};
+  [[nodiscard]] gradient_buffer gradients() {
+    if (!grad_.defined() || grad_.numel() == 0) return {};
     const bool single = grad_.scalar_type() == at::kFloat;
-    return {static_cast<std::byte*>(grad_.data_ptr()) + begin * static_cast<std::int64_t>(grad_.element_size()),
-            static_cast<std::size_t>(end - begin), single ? element_type::float32 : element_type::float64};
+    return {grad_.data_ptr(), static_cast<std::size_t>(grad_.numel()),
+            single ? element_type::float32 : element_type::float64};
   }
 
   // Autograd must have added into the flat gradient, not replaced a parameter's .grad.
@@ -254,15 +253,10 @@ struct torch_stage::impl {
   // where its parameters start), then the projector or head (`head_spec` on).
   std::vector<std::size_t> block_specs;
   std::size_t head_spec = 0;
-  // Gradient buckets: ranges of the flat gradient, in the order B finishes them
-  // (head, last layer, ..., first layer with the embedding). `closes[u]` is the
-  // bucket that B's u-th unit (head, then each layer, last first) completes,
-  // or `no_bucket`. One bucket and no `gradients_ready` calls without a size.
-  static constexpr std::size_t no_bucket = std::numeric_limits<std::size_t>::max();
-  std::vector<gradient_buffer> buckets;
-  std::vector<std::size_t> closes;
+  // The flat gradient in buckets, said final as B finishes them (one bucket,
+  // summed after the step, without a size); `says_buckets`: with a size.
+  gradient_buckets buckets;
   bool says_buckets = false;
-  std::size_t units_done = 0;  // in the running B op
 
   impl(const stage_assignment& a, const model_options& options, double gradient_bucket_bytes = 0)
       : assignment(a), o(options), dtype(options.float64 ? at::kDouble : at::kFloat),
@@ -316,51 +310,17 @@ struct torch_stage::impl {
 
   // B's units in the order it finishes them, as ranges of the flat gradient:
   // the head (when the stage has one), then each layer, last first (the first
-  // with the embedding before it); consecutive units are grouped into buckets
-  // of at least `bucket_bytes` (the last may be smaller).
+  // with the embedding before it).
   void make_buckets(double bucket_bytes) {
-    if (!(bucket_bytes >= 0) || !std::isfinite(bucket_bytes))
-      throw error("torch_stage: the gradient bucket size must be finite and >= 0 bytes, got " +
-                  std::to_string(bucket_bytes));
-    const std::int64_t total = store.offset_of(store.declared());
-    buckets.clear();
-    closes.clear();
-    says_buckets = bucket_bytes > 0 && !blocks.empty();
-    if (!says_buckets) {
-      buckets.push_back(store.gradients());
-      return;
-    }
-    std::vector<std::pair<std::int64_t, std::int64_t>> units;  // [begin, end), in B's order
-    const std::int64_t head_begin = store.offset_of(head_spec);
-    if (head_begin < total) units.emplace_back(head_begin, total);
+    const auto total = static_cast<std::size_t>(store.offset_of(store.declared()));
+    const auto head_begin = static_cast<std::size_t>(store.offset_of(head_spec));
+    std::vector<gradient_unit> units;
+    if (head_begin < total) units.push_back({head_begin, total});
     for (std::size_t l = blocks.size(); l-- > 0;)
-      units.emplace_back(l == 0 ? 0 : store.offset_of(block_specs[l]),
-                         l + 1 < blocks.size() ? store.offset_of(block_specs[l + 1]) : head_begin);
-    const auto element_bytes = static_cast<double>(o.element_bytes());
-    std::int64_t bucket_end = units.front().second;
-    for (std::size_t u = 0; u < units.size(); ++u) {
-      const std::int64_t begin = units[u].first;
-      const bool last = u + 1 == units.size();
-      if (last || static_cast<double>(bucket_end - begin) * element_bytes >= bucket_bytes) {
-        closes.push_back(buckets.size());
-        buckets.push_back(store.gradients(begin, bucket_end));
-        bucket_end = begin;
-      } else {
-        closes.push_back(no_bucket);
-      }
-    }
-  }
-  // B finished its next unit: in the stage's last gradient-producing op, a
-  // bucket that unit completes is final, and its data-parallel sum may start.
-  void unit_done(const stage_context& ctx) {
-    if (!says_buckets || !ctx.final_gradients || units_done >= closes.size()) return;
-    const std::size_t bucket = closes[units_done++];
-    if (bucket != no_bucket) ctx.gradients_ready(buckets[bucket]);
-  }
-  // The op's units not reached (nothing flowed back through them) are final as
-  // they are: every replica says every bucket, in the same order.
-  void remaining_units_done(const stage_context& ctx) {
-    while (says_buckets && ctx.final_gradients && units_done < closes.size()) unit_done(ctx);
+      units.push_back({l == 0 ? 0 : static_cast<std::size_t>(store.offset_of(block_specs[l])),
+                       l + 1 < blocks.size() ? static_cast<std::size_t>(store.offset_of(block_specs[l + 1])) : head_begin});
+    buckets = gradient_buckets(store.gradients(), units, blocks.empty() ? 0.0 : bucket_bytes);
+    says_buckets = buckets.overlapped();
   }
 
   [[nodiscard]] std::int64_t hidden() const noexcept { return encoder ? o.encoder_hidden : o.llm_hidden; }
@@ -587,7 +547,7 @@ struct torch_stage::impl {
       Tensor input = l == 0 ? g.checkpoints[0] : g.checkpoints[l].detach().requires_grad_(true);
       const Tensor output = block(l, input, lengths);
       output.backward(gradient);
-      unit_done(ctx);
+      buckets.unit_done(ctx);
       if (l > 0) gradient = input.grad();
     }
   }
@@ -599,14 +559,14 @@ struct torch_stage::impl {
     const std::size_t first_kept = g.checkpoints.size();
     if (g.head_input.defined()) {
       top.backward(gradient);
-      unit_done(ctx);
+      buckets.unit_done(ctx);
       top = g.block_outputs.back();
       gradient = g.head_input.grad();
     }
     for (std::size_t l = blocks.size(); l-- > first_kept;) {
       if (!gradient.defined()) return;  // nothing flowed back this far
       top.backward(gradient);
-      unit_done(ctx);
+      buckets.unit_done(ctx);
       if (l > first_kept) {
         top = g.block_outputs[l - 1];
         gradient = g.block_inputs[l].grad();
@@ -672,7 +632,7 @@ struct torch_stage::impl {
       throw error("torch_stage: backward of microbatch " + std::to_string(ctx.microbatch) + " before its forward");
     graph g = std::move(found->second);
     graphs.erase(found);
-    units_done = 0;
+    buckets.begin_op();
     if (g.output.defined()) {
       Tensor output_grad;  // none for the loss
       if (!g.loss) {
@@ -685,7 +645,7 @@ struct torch_stage::impl {
       backward_recomputed(g, ctx);
       store.check_gradients();
     }
-    remaining_units_done(ctx);
+    buckets.rest_done(ctx);
     if (!ctx.input_grad.empty()) {
       if (!g.leaf.defined() || !g.leaf.grad().defined())
         std::memset(ctx.input_grad.data(), 0, ctx.input_grad.size());
@@ -716,7 +676,7 @@ std::size_t torch_stage::output_bytes(const microbatch_view& mb) const {
 }
 void torch_stage::forward(stage_context& ctx) { impl_->forward(ctx); }
 void torch_stage::backward(stage_context& ctx) { impl_->backward(ctx); }
-std::span<const gradient_buffer> torch_stage::gradients() const noexcept { return impl_->buckets; }
+std::span<const gradient_buffer> torch_stage::gradients() const noexcept { return impl_->buckets.buffers(); }
 void torch_stage::begin_step(double targets) {
   if (!(targets > 0)) throw error("torch_stage::begin_step: a batch needs at least one predicted token");
   impl_->targets = targets;

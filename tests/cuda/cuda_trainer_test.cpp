@@ -157,6 +157,47 @@ TEST_CASE("cuda trainer: the stage on the host with TP and PP on both modules, e
   check_shapes(run_on_host, small_model(), 1e-12);
 }
 
+TEST_CASE("cuda trainer: with the plan's gradient buckets the last B starts each bucket's sum, the steps unchanged",
+          "[cuda_trainer]") {
+  // Two replicas of each module (encoder tp2 pp1 dp2, LLM tp1 pp2 dp2), so every
+  // stage's sums run over a group. The plan's bucket size must split the real
+  // model's gradients (what the simulator prices) into at most 1e6 buckets: 16
+  // KiB, 8 of this small model's layers per bucket.
+  plan chosen = test::with_configuration(builtin(), {2, 1, 2}, {1, 2, 2}, 4);
+  input_options io;
+  io.steps = 2;
+  io.seed = 3;
+  const run_options options = small_model();
+  const auto plain = run_on_host(schedule_steps(chosen, workload(), io), options);
+  const double bucket = 16 * 1024;
+  chosen.batch.gradient_bucket_bytes = bucket;
+  const auto bucketed = run_on_host(schedule_steps(chosen, workload(), io), options);
+  REQUIRE(plain.size() == bucketed.size());
+  std::size_t overlapped = 0;
+  for (std::size_t r = 0; r < plain.size(); ++r) {
+    REQUIRE(bucketed[r].size() == 2);
+    for (std::size_t k = 0; k < 2; ++k) {
+      CHECK(bucketed[r][k].loss == Approx(plain[r][k].loss).epsilon(1e-12));
+      CHECK(bucketed[r][k].gradient_norm == Approx(plain[r][k].gradient_norm).epsilon(1e-12));
+      CHECK(plain[r][k].overlapped_sums == 0);
+      overlapped += bucketed[r][k].overlapped_sums;
+    }
+  }
+  // Each stage's layers in runs of ceil(bucket / layer bytes), the last shorter:
+  // one sum per run, on every TP rank of every replica, every step.
+  const double layer_bytes = static_cast<double>(layer_parameters(options.model.hidden) * sizeof(double));
+  const auto per_bucket = static_cast<std::int64_t>(std::ceil(bucket / layer_bytes));
+  std::size_t expected = 0;
+  for (const module_plan* module : {&chosen.chosen.encoder, &chosen.chosen.llm})
+    for (std::size_t s = 0; s + 1 < module->first_layer.size(); ++s) {
+      const std::int64_t layers = module->first_layer[s + 1] - module->first_layer[s];
+      expected += static_cast<std::size_t>((layers + per_bucket - 1) / per_bucket * module->degrees.tp *
+                                           module->degrees.dp);
+    }
+  CHECK(expected > static_cast<std::size_t>(chosen.method("dflop").config.gpus()));  // some stage has several buckets
+  CHECK(overlapped == 2 * expected);
+}
+
 TEST_CASE("cuda trainer: CUDA stages on one GPU's streams run every method of a plan to the host loss",
           "[cuda_trainer][gpu]") {
   run_options options;  // the trainer's defaults: 64-wide rows
