@@ -6,6 +6,7 @@
 #include "mpi_catch_main.hpp"
 #include "../../examples/train_toy/toy_model.hpp"
 #include "../exec_test_support.hpp"
+#include "../shard_collective_checks.hpp"
 
 #include <dflop/exec/executor.hpp>
 #include <dflop/exec/mpi_communicator.hpp>
@@ -119,4 +120,12 @@ TEST_CASE("MPI: sleeping stages take the simulated time", "[exec][mpi][timing]")
     CHECK(measured >= 0.98 * predicted);
     CHECK(measured <= 1.10 * predicted);
   }
+}
+
+TEST_CASE("MPI: reduce-scatter and all-gather equal all_reduce_sum on each member's shard", "[exec][mpi]") {
+  mpi_communicator world(MPI_COMM_WORLD, 20);
+  test::check_shard_collectives(world);
+  // Groups of 1 and 3 split from the world: each group's members only.
+  mpi_communicator group = world.split(world.rank() == 0 ? 0 : 1, world.rank());
+  test::check_shard_collectives(group);
 }

@@ -19,6 +19,7 @@
 #include <dflop/exec/communicator.hpp>
 #include <dflop/exec/failure.hpp>
 #include <dflop/exec/gradient_buffer.hpp>
+#include <dflop/exec/gradient_shard.hpp>
 
 #include <nccl.h>
 
@@ -128,9 +129,33 @@ public:
   //! In-place ncclAllReduce (sum) on `stream`.
   void all_reduce_sum(const gradient_buffer& buffer, cudaStream_t stream) {
     if (size_ == 1 || buffer.count == 0) return;
-    const ncclDataType_t type = buffer.type == element_type::float64 ? ncclFloat64 : ncclFloat32;
-    detail::nccl_check(ncclAllReduce(buffer.data, buffer.data, buffer.count, type, ncclSum, comm_, stream),
+    detail::nccl_check(ncclAllReduce(buffer.data, buffer.data, buffer.count, nccl_type(buffer), ncclSum, comm_, stream),
                        "ncclAllReduce", comm_);
+  }
+  //! This member's shard of `buffer` and the common remainder (`shard_of`) become
+  //! the sum over the members (ncclReduceScatter in place, the remainder
+  //! ncclAllReduce'd), on `stream`; the rest of `buffer` is unspecified.
+  void reduce_scatter_sum(const gradient_buffer& buffer, cudaStream_t stream) {
+    if (size_ == 1 || buffer.count == 0) return;
+    const gradient_shard shard = shard_of(buffer.count, size_, rank_);
+    const std::size_t bytes = element_size(buffer.type);
+    auto* data = static_cast<std::byte*>(buffer.data);
+    if (shard.end > shard.begin)
+      detail::nccl_check(ncclReduceScatter(data, data + shard.begin * bytes, shard.end - shard.begin, nccl_type(buffer),
+                                           ncclSum, comm_, stream),
+                         "ncclReduceScatter", comm_);
+    all_reduce_sum({data + shard.common_begin * bytes, shard.count - shard.common_begin, buffer.type}, stream);
+  }
+  //! Every member's shard of `buffer` (`shard_of`) copied to every member
+  //! (ncclAllGather in place) on `stream`; the remainder is left as it is.
+  void all_gather(const gradient_buffer& buffer, cudaStream_t stream) {
+    if (size_ == 1 || buffer.count == 0) return;
+    const gradient_shard shard = shard_of(buffer.count, size_, rank_);
+    if (shard.end == shard.begin) return;
+    auto* data = static_cast<std::byte*>(buffer.data);
+    detail::nccl_check(ncclAllGather(data + shard.begin * element_size(buffer.type), data, shard.end - shard.begin,
+                                     nccl_type(buffer), comm_, stream),
+                       "ncclAllGather", comm_);
   }
   //! Starts the in-place sum of `buffer` on the reduction stream, after the work
   //! already on `stream` (the kernels that wrote the gradients), and returns at
@@ -140,8 +165,8 @@ public:
     const auto produced = detail::record_event(stream);
     if (size_ == 1 || buffer.count == 0) return {produced};
     DFLOP_CUDA_TRY(cudaStreamWaitEvent(reduce_stream_, produced.get(), 0));
-    const ncclDataType_t type = buffer.type == element_type::float64 ? ncclFloat64 : ncclFloat32;
-    detail::nccl_check(ncclAllReduce(buffer.data, buffer.data, buffer.count, type, ncclSum, comm_, reduce_stream_),
+    detail::nccl_check(
+        ncclAllReduce(buffer.data, buffer.data, buffer.count, nccl_type(buffer), ncclSum, comm_, reduce_stream_),
                        "ncclAllReduce", comm_);
     return {detail::record_event(reduce_stream_)};
   }
@@ -194,6 +219,9 @@ public:
   void deallocate(std::byte* pointer, std::size_t) noexcept { (void)cudaFree(pointer); }
 
 private:
+  static ncclDataType_t nccl_type(const gradient_buffer& buffer) noexcept {
+    return buffer.type == element_type::float64 ? ncclFloat64 : ncclFloat32;
+  }
   void poll(request& r) {
     detail::wait_for_event(r.event.get(), watchdog_, rank_, "the step", [&] {
       ncclResult_t async = ncclSuccess;
@@ -234,5 +262,6 @@ private:
 };
 static_assert(communicator<nccl_communicator>);
 static_assert(starts_all_reduce<nccl_communicator>);
+static_assert(shards_gradients<nccl_communicator>);
 
 }  // namespace dflop

@@ -20,9 +20,13 @@
 //! - `split(color, key)` is MPI_Comm_split; `all_reduce_sum` sums a gradient
 //!   buffer in place over all ranks, in an order that does not depend on timing.
 //! - `allocate` / `deallocate` give memory the communicator can move.
+//! - Optionally (`shards_gradients`), `reduce_scatter_sum` and `all_gather` split a
+//!   buffer over the members as `shard_of` says (the distributed optimizer's sum
+//!   of each member's shard, and the gather of the updated shards).
 #pragma once
 
 #include <dflop/exec/gradient_buffer.hpp>
+#include <dflop/exec/gradient_shard.hpp>
 
 #include <concepts>
 #include <cstddef>
@@ -65,6 +69,20 @@ template <class C>
 concept starts_all_reduce = communicator<C> && requires(C& comm, gradient_buffer gradient,
                                                         typename C::resource_type resource) {
   { comm.all_reduce_sum_start(gradient, resource) } -> std::same_as<typename C::request>;
+};
+
+//! Whether `C` can split a gradient buffer over its members (exec/gradient_shard.hpp):
+//! after `reduce_scatter_sum(buffer, resource)` this member's shard and the common
+//! remainder (`shard_of(buffer.count, size(), rank())`) hold the sum over the
+//! members, in an order that does not depend on timing, and the rest of the buffer
+//! is unspecified; after `all_gather(buffer, resource)` each member's shard holds
+//! that member's values everywhere (the remainder is left as it is). Together they
+//! cost what one all-reduce does, and the gather can wait for the next step.
+template <class C>
+concept shards_gradients = communicator<C> && requires(C& comm, gradient_buffer gradient,
+                                                       typename C::resource_type resource) {
+  comm.reduce_scatter_sum(gradient, resource);
+  comm.all_gather(gradient, resource);
 };
 
 //! Whether `C` matches messages between two ranks in posting order instead of by

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <dflop/exec/gradient_buffer.hpp>
+#include <dflop/exec/gradient_shard.hpp>
 #include <dflop/exec/stage.hpp>
 
 #include <algorithm>
@@ -59,6 +60,45 @@ void sum_into_every_part(std::span<void* const> parts, std::size_t count) {
     for (std::size_t i = 0; i < count; ++i) sum[i] += values[i];
   }
   for (std::size_t k = 1; k < parts.size(); ++k) std::memcpy(parts[k], sum, count * sizeof(T));
+}
+
+//! Member i's shard of `parts` (each `count` elements, `shard_of` split) becomes
+//! the sum of every part's shard i, added in member order as
+//! `sum_into_every_part` adds (so the values equal an all-reduce's); the common
+//! remainder becomes that sum in every part. Other elements are left as they are.
+template <class T>
+void sum_shards(std::span<void* const> parts, std::size_t count) {
+  const auto members = static_cast<int>(parts.size());
+  const auto sum_into = [&](std::size_t begin, std::size_t end, auto&& targets) {
+    for (std::size_t j = begin; j < end; ++j) {
+      T sum = static_cast<const T*>(parts[0])[j];
+      for (std::size_t k = 1; k < parts.size(); ++k) sum += static_cast<const T*>(parts[k])[j];
+      targets(j, sum);
+    }
+  };
+  for (int i = 0; i < members; ++i) {
+    const gradient_shard shard = shard_of(count, members, i);
+    T* own = static_cast<T*>(parts[static_cast<std::size_t>(i)]);
+    sum_into(shard.begin, shard.end, [&](std::size_t j, T sum) { own[j] = sum; });
+  }
+  const gradient_shard any = shard_of(count, members, 0);
+  sum_into(any.common_begin, count, [&](std::size_t j, T sum) {
+    for (void* part : parts) static_cast<T*>(part)[j] = sum;
+  });
+}
+
+//! Every part's shard i becomes part i's shard i (`shard_of` split of `count`
+//! elements of `bytes` each); the common remainder is left as it is.
+inline void gather_shards(std::span<void* const> parts, std::size_t count, std::size_t bytes) {
+  const auto members = static_cast<int>(parts.size());
+  for (int i = 0; i < members; ++i) {
+    const gradient_shard shard = shard_of(count, members, i);
+    const auto* own = static_cast<const std::byte*>(parts[static_cast<std::size_t>(i)]) + shard.begin * bytes;
+    for (int k = 0; k < members; ++k)
+      if (k != i)
+        std::memcpy(static_cast<std::byte*>(parts[static_cast<std::size_t>(k)]) + shard.begin * bytes, own,
+                    (shard.end - shard.begin) * bytes);
+  }
 }
 }  // namespace detail
 

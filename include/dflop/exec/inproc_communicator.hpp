@@ -294,6 +294,33 @@ public:
     return all_reduce_sum_start(buffer, resource());
   }
 
+  //! The sum over all members of this member's shard of `buffer` and of the
+  //! common remainder (`shard_of`), written there, in member order (the values an
+  //! all-reduce gives); the rest of `buffer` is unspecified. Host memory only.
+  //! Throws `dflop::error` when members pass buffers of different sizes or types.
+  void reduce_scatter_sum(const gradient_buffer& buffer, resource_type)
+    requires std::same_as<Transport, host_transport>
+  {
+    if (size() == 1) return;
+    (void)collective(buffer, {}, [&](detail::inproc_collective& state) {
+      if (state.type == element_type::float64) detail::sum_shards<double>(state.parts, state.count);
+      else detail::sum_shards<float>(state.parts, state.count);
+      return std::shared_ptr<void>{};
+    }, "reduce_scatter_sum", "a reduce-scatter");
+  }
+  //! Every member's shard of `buffer` (`shard_of`) copied to every member; the
+  //! common remainder is left as it is. Host memory only. Throws `dflop::error`
+  //! when members pass buffers of different sizes or types.
+  void all_gather(const gradient_buffer& buffer, resource_type)
+    requires std::same_as<Transport, host_transport>
+  {
+    if (size() == 1) return;
+    (void)collective(buffer, {}, [&](detail::inproc_collective& state) {
+      detail::gather_shards(state.parts, state.count, element_size(state.type));
+      return std::shared_ptr<void>{};
+    }, "all_gather", "an all-gather");
+  }
+
   //! Sums one host value over all ranks (after the work issued on this rank's
   //! resource has finished: on a device, the step's one host wait).
   [[nodiscard]] double all_reduce_value(double value) {
@@ -360,15 +387,16 @@ private:
   // of them while the others wait. Returns what `reduce` returned. Parts of
   // different sizes or types fail on every member (nothing is summed).
   template <class Reduce>
-  std::shared_ptr<void> collective(const gradient_buffer& part, std::shared_ptr<void> arrival, Reduce&& reduce) {
+  std::shared_ptr<void> collective(const gradient_buffer& part, std::shared_ptr<void> arrival, Reduce&& reduce,
+                                   const char* name = "all_reduce_sum", const char* waiting_for = "an all-reduce") {
     std::unique_lock lock(world_->mutex_);
     const auto at = std::pair{id_, sequence_++};
     auto& state = world_->collectives_[at];
-    deposit(state, part, std::move(arrival));
+    deposit(state, part, std::move(arrival), name);
     if (++state.arrived == size()) {
       complete(state, reduce);
     } else {
-      world_->wait(lock, global(), [&] { return state.done; }, "an all-reduce");
+      world_->wait(lock, global(), [&] { return state.done; }, waiting_for);
     }
     auto reduced = state.reduced;
     const std::string failed = state.error;
@@ -379,14 +407,15 @@ private:
 
   // This member's part of an all-reduce (the world's lock held); parts of
   // different sizes or types record why, and nothing is summed.
-  void deposit(detail::inproc_collective& state, const gradient_buffer& part, std::shared_ptr<void> arrival) {
+  void deposit(detail::inproc_collective& state, const gradient_buffer& part, std::shared_ptr<void> arrival,
+               const char* name = "all_reduce_sum") {
     if (state.parts.empty()) {
       state.parts.resize(members_.size());
       state.arrivals.resize(members_.size());
       state.count = part.count;
       state.type = part.type;
     } else if (state.error.empty() && (part.count != state.count || part.type != state.type)) {
-      state.error = "all_reduce_sum: rank " + std::to_string(global()) + " passed " + std::to_string(part.count) +
+      state.error = std::string(name) + ": rank " + std::to_string(global()) + " passed " + std::to_string(part.count) +
                     (part.type == element_type::float64 ? " doubles" : " floats") + ", another member " +
                     std::to_string(state.count) + (state.type == element_type::float64 ? " doubles" : " floats");
     }
@@ -460,6 +489,7 @@ using inproc_world = basic_inproc_world<host_transport>;
 //! Ranks as threads of one process, host memory. Models `communicator`.
 using inproc_communicator = basic_inproc_communicator<host_transport>;
 static_assert(communicator<inproc_communicator>);
+static_assert(shards_gradients<inproc_communicator>);
 
 //! Runs `body(basic_inproc_communicator<Transport>&)` on `ranks` threads, one per
 //! rank, each with the transport `make_transport(rank)` returns (called on its

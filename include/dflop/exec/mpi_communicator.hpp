@@ -11,6 +11,7 @@
 #include <dflop/exec/communicator.hpp>
 #include <dflop/exec/failure.hpp>
 #include <dflop/exec/gradient_buffer.hpp>
+#include <dflop/exec/gradient_shard.hpp>
 #include <dflop/exec/stage.hpp>
 
 // The C API only: Open MPI's deprecated C++ bindings warn under clang.
@@ -24,6 +25,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <span>
@@ -138,7 +140,7 @@ public:
   //! In-place sum over the communicator (MPI_Iallreduce, polled against the watchdog).
   void all_reduce_sum(const gradient_buffer& buffer, host_thread = {}) {
     if (size_ == 1 || buffer.count == 0) return;
-    const MPI_Datatype type = buffer.type == element_type::float64 ? MPI_DOUBLE : MPI_FLOAT;
+    const MPI_Datatype type = mpi_type(buffer);
     const std::size_t chunk = std::size_t{1} << 30;
     for (std::size_t first = 0; first < buffer.count; first += chunk) {
       const std::size_t count = std::min(chunk, buffer.count - first);
@@ -146,13 +148,7 @@ public:
       MPI_Request handle = MPI_REQUEST_NULL;
       detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), type, MPI_SUM, comm_, &handle),
                         "MPI_Iallreduce");
-      poll(
-          [&] {
-            int flag = 0;
-            detail::mpi_check(MPI_Test(&handle, &flag, MPI_STATUS_IGNORE), "MPI_Test");
-            return flag != 0;
-          },
-          "an all-reduce");
+      poll_request(handle, "an all-reduce");
     }
   }
   //! Starts the in-place sum of `buffer` (MPI_Iallreduce) and returns at once;
@@ -176,6 +172,42 @@ public:
         "MPI_Iallreduce");
     return r;
   }
+  //! This member's shard of `buffer` and the common remainder (`shard_of`) become
+  //! the sum over the members (MPI_Ireduce_scatter_block in place, then the shard
+  //! moved to its offset; the remainder all-reduced), polled against the
+  //! watchdog; the rest of `buffer` is unspecified. Throws `dflop::error` for a
+  //! shard of more than 2^30 elements: split such a buffer.
+  void reduce_scatter_sum(const gradient_buffer& buffer, host_thread = {}) {
+    if (size_ == 1 || buffer.count == 0) return;
+    const gradient_shard shard = shard_of(buffer.count, size_, rank_);
+    const std::size_t bytes = element_size(buffer.type);
+    if (const std::size_t q = checked_shard(shard, "reduce_scatter_sum"); q > 0) {
+      MPI_Request handle = MPI_REQUEST_NULL;
+      detail::mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buffer.data, static_cast<int>(q), mpi_type(buffer),
+                                                  MPI_SUM, comm_, &handle),
+                        "MPI_Ireduce_scatter_block");
+      poll_request(handle, "a reduce-scatter");
+      // In place, the member's sum lands at the buffer's start: move it to the shard.
+      auto* data = static_cast<std::byte*>(buffer.data);
+      if (shard.begin > 0) std::memcpy(data + shard.begin * bytes, data, q * bytes);  // [0, q) and [begin, end) are apart
+    }
+    all_reduce_sum(remainder_of(buffer, shard));
+  }
+  //! Every member's shard of `buffer` (`shard_of`) copied to every member
+  //! (MPI_Iallgather in place), polled against the watchdog; the remainder is
+  //! left as it is. Throws `dflop::error` for a shard of more than 2^30 elements.
+  void all_gather(const gradient_buffer& buffer, host_thread = {}) {
+    if (size_ == 1 || buffer.count == 0) return;
+    const gradient_shard shard = shard_of(buffer.count, size_, rank_);
+    const std::size_t q = checked_shard(shard, "all_gather");
+    if (q == 0) return;
+    MPI_Request handle = MPI_REQUEST_NULL;
+    detail::mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer.data, static_cast<int>(q),
+                                     mpi_type(buffer), comm_, &handle),
+                      "MPI_Iallgather");
+    poll_request(handle, "an all-gather");
+  }
+
   //! Sums one value over the communicator.
   [[nodiscard]] double all_reduce_value(double value) {
     all_reduce_sum(gradient_buffer::of(std::span<double>(&value, 1)));
@@ -210,6 +242,32 @@ public:
   void deallocate(std::byte* pointer, std::size_t) noexcept { ::operator delete(pointer, std::align_val_t{64}); }
 
 private:
+  static MPI_Datatype mpi_type(const gradient_buffer& buffer) noexcept {
+    return buffer.type == element_type::float64 ? MPI_DOUBLE : MPI_FLOAT;
+  }
+  // A shard's element count, at most what one MPI call takes.
+  static std::size_t checked_shard(const gradient_shard& shard, const char* what) {
+    const std::size_t q = shard.end - shard.begin;
+    if (q > (std::size_t{1} << 30))
+      throw error(std::string(what) + ": shards of " + std::to_string(q) +
+                  " elements; split the buffer so each shard has at most 2^30");
+    return q;
+  }
+  // The common remainder of `buffer` (elements every member holds).
+  static gradient_buffer remainder_of(const gradient_buffer& buffer, const gradient_shard& shard) noexcept {
+    return {static_cast<std::byte*>(buffer.data) + shard.common_begin * element_size(buffer.type),
+            shard.count - shard.common_begin, buffer.type};
+  }
+  // Polls `handle` until it completes (against the watchdog).
+  void poll_request(MPI_Request& handle, const char* waiting_for) {
+    poll(
+        [&] {
+          int flag = 0;
+          detail::mpi_check(MPI_Test(&handle, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+          return flag != 0;
+        },
+        waiting_for);
+  }
   static int count_of(std::size_t bytes) {
     if (bytes > static_cast<std::size_t>(INT_MAX)) throw error("mpi_communicator: message over 2 GiB");
     return static_cast<int>(bytes);
@@ -259,5 +317,6 @@ private:
   double watchdog_ = default_watchdog_seconds;
 };
 static_assert(communicator<mpi_communicator>);
+static_assert(shards_gradients<mpi_communicator>);
 
 }  // namespace dflop
