@@ -139,18 +139,33 @@ public:
                     "' no longer lives in the flat gradient buffer (autograd replaced it)");
   }
 
-  // Adam (beta 0.9, 0.999, eps 1e-8) on the flat buffers, then zeroes the gradient.
-  void adam_step(double rate) {
+  // The flat parameter values, as the distributed optimizer's gather sees them.
+  [[nodiscard]] gradient_buffer values() {
+    if (!flat_.defined() || flat_.numel() == 0) return {};
+    const bool single = flat_.scalar_type() == at::kFloat;
+    return {flat_.data_ptr(), static_cast<std::size_t>(flat_.numel()),
+            single ? element_type::float32 : element_type::float64};
+  }
+
+  // Adam (beta 0.9, 0.999, eps 1e-8) on the elements [begin, end) of each of
+  // `ranges` of the flat buffers (the distributed optimizer's shard; all of
+  // them without one), then zeroes the whole gradient.
+  void adam_step(double rate, std::span<const std::pair<std::int64_t, std::int64_t>> ranges) {
     if (!flat_.defined()) return;
     at::NoGradGuard no_grad;
     ++steps_;
     constexpr double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-    first_moment_.mul_(beta1).add_(grad_, 1 - beta1);
-    second_moment_.mul_(beta2).addcmul_(grad_, grad_, 1 - beta2);
     const double correction1 = 1 - std::pow(beta1, steps_);
     const double correction2 = 1 - std::pow(beta2, steps_);
-    Tensor denominator = (second_moment_ / correction2).sqrt_().add_(eps);
-    flat_.addcdiv_(first_moment_, denominator, -rate / correction1);
+    for (const auto& [begin, end] : ranges) {
+      if (end <= begin) continue;
+      const auto part = [&](const Tensor& t) { return t.narrow(0, begin, end - begin); };
+      Tensor gradient = part(grad_), first = part(first_moment_), second = part(second_moment_), values = part(flat_);
+      first.mul_(beta1).add_(gradient, 1 - beta1);
+      second.mul_(beta2).addcmul_(gradient, gradient, 1 - beta2);
+      Tensor denominator = (second / correction2).sqrt_().add_(eps);
+      values.addcdiv_(first, denominator, -rate / correction1);
+    }
     grad_.zero_();
   }
 
@@ -257,6 +272,10 @@ struct torch_stage::impl {
   // summed after the step, without a size); `says_buckets`: with a size.
   gradient_buckets buckets;
   bool says_buckets = false;
+  // The parameters in the same buckets (the distributed optimizer gathers them),
+  // and each bucket's first element in the flat buffers.
+  std::vector<gradient_buffer> parameter_buckets;
+  std::vector<std::int64_t> bucket_offsets;
 
   impl(const stage_assignment& a, const model_options& options, double gradient_bucket_bytes = 0)
       : assignment(a), o(options), dtype(options.float64 ? at::kDouble : at::kFloat),
@@ -321,6 +340,26 @@ struct torch_stage::impl {
                        l + 1 < blocks.size() ? static_cast<std::size_t>(store.offset_of(block_specs[l + 1])) : head_begin});
     buckets = gradient_buckets(store.gradients(), units, blocks.empty() ? 0.0 : bucket_bytes);
     says_buckets = buckets.overlapped();
+    const gradient_buffer whole = store.gradients(), values = store.values();
+    const std::size_t element = element_size(whole.type);
+    for (const gradient_buffer& bucket : buckets.buffers()) {
+      const auto offset = static_cast<std::size_t>(static_cast<const std::byte*>(bucket.data) -
+                                                   static_cast<const std::byte*>(whole.data)) / element;
+      bucket_offsets.push_back(static_cast<std::int64_t>(offset));
+      parameter_buckets.push_back({static_cast<std::byte*>(values.data) + offset * element, bucket.count, bucket.type});
+    }
+  }
+  // Adam on what `shard` says is this rank's: in each bucket, its shard and the common remainder.
+  void update(const optimizer_shard& shard) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+    const auto buffers = buckets.buffers();
+    for (std::size_t b = 0; b < buffers.size(); ++b) {
+      const gradient_shard part = shard.of(buffers[b].count);
+      const std::int64_t at = bucket_offsets[b];
+      ranges.emplace_back(at + static_cast<std::int64_t>(part.begin), at + static_cast<std::int64_t>(part.end));
+      ranges.emplace_back(at + static_cast<std::int64_t>(part.common_begin), at + static_cast<std::int64_t>(part.count));
+    }
+    store.adam_step(o.learning_rate, ranges);
   }
 
   [[nodiscard]] std::int64_t hidden() const noexcept { return encoder ? o.encoder_hidden : o.llm_hidden; }
@@ -682,10 +721,11 @@ void torch_stage::begin_step(double targets) {
   impl_->targets = targets;
   impl_->records.clear();
 }
-void torch_stage::update() {
+void torch_stage::update(const optimizer_shard& shard) {
   if (!impl_->graphs.empty()) throw error("torch_stage::update: microbatches still in flight");
-  impl_->store.adam_step(impl_->o.learning_rate);
+  impl_->update(shard);
 }
+std::span<const gradient_buffer> torch_stage::parameters() const noexcept { return impl_->parameter_buckets; }
 std::span<const op_record> torch_stage::records() const noexcept { return impl_->records; }
 std::size_t torch_stage::parameter_count() const noexcept { return impl_->store.count(); }
 const stage_assignment& torch_stage::assignment() const noexcept { return impl_->assignment; }

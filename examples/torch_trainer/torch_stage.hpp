@@ -24,7 +24,10 @@
 //!   B of the step, says each bucket of units final (`ctx.gradients_ready`) as
 //!   soon as it is: its data-parallel sum then runs under the rest of that B, as
 //!   the simulator predicts with `batch_options::gradient_bucket_bytes`.
-//! - After every step, `update` applies Adam to the summed gradients and zeroes them.
+//! - After every step, `update` applies Adam to the summed gradients and zeroes
+//!   them. Under the distributed optimizer (the plan's `+do`), the executor
+//!   reduce-scatters the gradients, `update` steps this rank's shard only, and the
+//!   next step starts by gathering the parameters (`parameters()`).
 #pragma once
 
 #include "model_options.hpp"
@@ -85,8 +88,13 @@ public:
   //! Before a step: the loss is summed cross-entropy over `targets` predicted
   //! tokens of the whole global batch, divided by it (a mean over the batch).
   void begin_step(double targets);
-  //! After a step: one Adam step on the summed gradients, which are then zeroed.
-  void update();
+  //! After a step: one Adam step on the summed gradients, which are then zeroed;
+  //! under the distributed optimizer only on this rank's shard of each bucket
+  //! (`plan_runner::optimizer_shard_of_stage`), whose values the next step gathers.
+  void update(const optimizer_shard& shard = {});
+  //! The flat parameter buffer in the gradients' buckets (`has_parameters`: the
+  //! distributed optimizer gathers them at each step's start).
+  [[nodiscard]] std::span<const gradient_buffer> parameters() const noexcept;
   //! The F and B calls of the last step (cleared by `begin_step`).
   [[nodiscard]] std::span<const op_record> records() const noexcept;
   //! Parameters this stage holds.

@@ -192,12 +192,14 @@ void run_step(Communicator& world, Runner& run, const trainer_inputs& inputs, co
   const world_layout layout(run.layout().config);
   run.stage().begin_step(static_cast<double>(predicted_tokens(batch, options.model)));
   const step_result result = run.step(scheduled, batch);
-  run.stage().update();
+  const optimizer_shard shard = run.optimizer_shard_of_stage();
+  run.stage().update(shard);
 
   // Layers recomputed in this step's backward ops by the first TP rank of every
   // stage replica (each op once): what the batch's data-aware counts asked for.
-  // And the gradient sums every rank started inside its last B (overlapped).
-  std::array<double, 2> counts{0, static_cast<double>(result.gradient_sums_overlapped)};
+  // And the gradient sums every rank started inside its last B (overlapped), and
+  // the ranks whose optimizer updated a shard (the distributed optimizer).
+  std::array<double, 3> counts{0, static_cast<double>(result.gradient_sums_overlapped), shard.members > 1 ? 1.0 : 0.0};
   if (mine.role.tp_rank == 0)
     for (const op_record& op : run.stage().records())
       if (!op.forward) counts[0] += op.recomputed_layers;
@@ -271,6 +273,7 @@ void run_step(Communicator& world, Runner& run, const trainer_inputs& inputs, co
                                 {"microbatches", scheduled.config.microbatches},
                                 {"recomputed_layers", static_cast<std::int64_t>(recomputed)},
                                 {"gradient_sums_overlapped", static_cast<std::int64_t>(counts[1])},
+                                {"sharded_optimizer_ranks", static_cast<std::int64_t>(counts[2])},
                                 {"ranks", world.size()},
                                 {"calibration",
                                  {{"encoder_forward", calibrated.factor(module_kind::encoder, cost_pass::forward)},

@@ -13,6 +13,12 @@
 //     as agrees, and every step line's gradient_sums_overlapped (gradient
 //     buckets whose data-parallel sum started inside a stage's last B, over all
 //     ranks) is at least MIN.
+//   shards TOLERANCE STEPS PLAN -- COMMAND...
+//     COMMAND (with --gpus 4, no --steps) saves its plan; PLAN gets that plan
+//     with both modules at tp1 pp1 dp2, recomputing, the optimizer sharded, 4
+//     microbatches; COMMAND --plan PLAN --steps STEPS then runs as agrees, and
+//     every step line's sharded_optimizer_ranks (ranks whose optimizer updated
+//     only its shard of the reduce-scattered gradients) is 4.
 //   recompute_memory -- COMMAND...
 //     COMMAND runs --recompute-memory: per module a line per k = 0 .. layers,
 //     the held bytes growing with each microbatch and falling with each layer
@@ -119,6 +125,34 @@ void overlaps(double tolerance, std::size_t steps, double least, const command& 
     std::cerr << "gradient sums started inside a last B: " << started << "\n";
     if (!(started >= least))
       fail("fewer than " + std::to_string(least) + " gradient sums overlapped a backward: " + step.dump());
+  }
+}
+
+void shards(double tolerance, std::size_t steps, const std::string& plan_path, const command& cmd) {
+  // The planner's choice follows this machine's profile: fix a configuration
+  // with two replicas of each module instead, in a copy of the plan it made.
+  const std::string made = plan_path + ".made.json";
+  command save = cmd;
+  save.insert(save.end(), {"--steps", "0", "--save-plan", made});
+  if (const auto outcome = dflop::test::run_command(save, true); outcome.status != 0)
+    fail("saving the plan failed:\n" + outcome.output);
+  std::ifstream in(made);
+  nlohmann::json plan = nlohmann::json::parse(in);
+  for (const char* module : {"encoder", "llm"}) {
+    nlohmann::json& degrees = plan["config"][module];
+    const auto layers = degrees["layers"].back()[1];
+    degrees = {{"tp", 1}, {"pp", 1}, {"dp", 2}, {"recompute", true}, {"distributed_optimizer", true},
+               {"layers", nlohmann::json::array({nlohmann::json::array({0, layers})})}};
+  }
+  plan["config"]["microbatches"] = 4;
+  std::ofstream(plan_path) << plan.dump(2);
+  command run = cmd;
+  run.insert(run.end(), {"--plan", plan_path, "--steps", std::to_string(steps)});
+  const run_lines lines = agrees(tolerance, steps, run);
+  for (const auto& step : lines.steps) {
+    const double sharded = number(step, "sharded_optimizer_ranks");
+    std::cerr << "ranks updating a shard: " << sharded << "\n";
+    if (sharded != 4) fail("expected 4 ranks updating a shard: " + step.dump());
   }
 }
 
@@ -350,6 +384,7 @@ int main(int argc, char** argv) {
     else if (mode == "recomputes" && split == 3) recomputes(std::stod(args[1]), std::stoul(args[2]), cmd);
     else if (mode == "overlaps" && split == 4)
       overlaps(std::stod(args[1]), std::stoul(args[2]), std::stod(args[3]), cmd);
+    else if (mode == "shards" && split == 4) shards(std::stod(args[1]), std::stoul(args[2]), args[3], cmd);
     else if (mode == "recompute_memory" && split == 1) recompute_memory(cmd);
     else if (mode == "falls" && split == 3) falls(std::stoul(args[1]), std::stod(args[2]), cmd);
     else if (mode == "fails" && split == 3) fails(std::stoi(args[1]), args[2], cmd);

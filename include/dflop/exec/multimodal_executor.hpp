@@ -69,6 +69,7 @@ public:
                                        static_cast<int>(role_.replica)));
     tensor_parallel_.emplace(world.split(layout.rank_of(role_.module, role_.stage, role_.replica, 0),
                                          static_cast<int>(role_.tp_rank)));
+    shards_ = layout.degrees(role_.module).distributed_optimizer && data_parallel_->size() > 1;
   }
 
   //! Runs one iteration of `schedule` (one chunk, `layout.positions()` ranks) on
@@ -92,6 +93,19 @@ public:
   [[nodiscard]] Communicator& tensor_group() noexcept { return *tensor_parallel_; }
   //! The ranks of this rank's (module, stage, TP rank), ordered by replica: its gradients are summed over it.
   [[nodiscard]] Communicator& data_parallel_group() noexcept { return *data_parallel_; }
+  //! What the stage's optimizer updates after a step: its shard of each gradient
+  //! buffer when the module's plan shards the optimizer, the stage exposes its
+  //! parameters (`has_parameters`) and the communicator can (`shards_gradients`):
+  //! the step then reduce-scattered the gradients, and the next step starts by
+  //! gathering the parameters. Otherwise the whole buffers (one member).
+  [[nodiscard]] optimizer_shard optimizer_shard_of_stage() noexcept {
+    bool sharded = false;
+    detail::with_stage(stage_, [&](auto& stage) {
+      sharded = shards_ && shards_gradients<Communicator> && has_parameters<std::remove_cvref_t<decltype(stage)>>;
+    });
+    if (!sharded) return {};
+    return {data_parallel_->size(), data_parallel_->rank()};
+  }
 
 private:
   using record = typename loop::record;
@@ -248,6 +262,9 @@ private:
     batch_ = &batch;
     this->begin_step(schedule, schedule.microbatches);
     plan_receives(schedule, batch);
+    // The distributed optimizer: each member updated its shard after the last
+    // step; every member needs all of them before its first op.
+    (void)detail::gather_parameters(*data_parallel_, stage_, shards_);
     return this->run_ops(schedule, schedule.rank_ops[role_.position]);
   }
 
@@ -319,7 +336,8 @@ private:
   // Gradients over the (module, stage, TP rank) replicas; each LLM replica's last
   // stage counts its loss once, by TP rank 0.
   void sum_gradients() {
-    detail::sum_gradients(*data_parallel_, stage_, [&](const gradient_buffer& g) { return this->overlap_.started(g); });
+    detail::sum_or_shard_gradients(*data_parallel_, stage_, shards_,
+                                   [&](const gradient_buffer& g) { return this->overlap_.started(g); });
   }
   [[nodiscard]] Communicator& gradient_group() noexcept { return *data_parallel_; }
   [[nodiscard]] bool holds_loss() const noexcept { return role_.position + 1 == positions_ && role_.tp_rank == 0; }
@@ -330,6 +348,7 @@ private:
   std::optional<Communicator> tensor_parallel_;
   rank_role role_;
   std::uint32_t tp_ = 1;
+  bool shards_ = false;  // the module's plan shards the optimizer over a group of 2 or more
   std::uint32_t encoder_stages_ = 0;
   std::uint32_t positions_ = 1;
   std::uint32_t encoders_ = 0;  // encoder replicas (0 without an encoder)

@@ -153,6 +153,9 @@ public:
   [[nodiscard]] const stage_assignment& assignment() const noexcept { return assignment_; }
   //! This rank's stage: its parameters and gradients.
   [[nodiscard]] stage_type& stage() noexcept { return executor_.stage(); }
+  //! What this rank's stage updates after a step (its shard of each gradient
+  //! buffer under the distributed optimizer; see `has_parameters`).
+  [[nodiscard]] optimizer_shard optimizer_shard_of_stage() noexcept { return executor_.optimizer_shard_of_stage(); }
   //! The executor (tensor and data-parallel groups, pool statistics).
   [[nodiscard]] executor_type& executor() noexcept { return executor_; }
 

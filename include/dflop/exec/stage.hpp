@@ -23,6 +23,7 @@
 
 #include <dflop/error.hpp>
 #include <dflop/exec/gradient_buffer.hpp>
+#include <dflop/exec/gradient_shard.hpp>
 #include <dflop/exec/microbatch_view.hpp>
 #include <dflop/schedule/op.hpp>
 
@@ -160,6 +161,31 @@ concept pipeline_stage = requires(Stage& stage, const Stage& const_stage, Contex
   { const_stage.input_bytes(mb) } -> std::convertible_to<std::size_t>;
   { const_stage.output_bytes(mb) } -> std::convertible_to<std::size_t>;
   { stage.gradients() } -> gradient_list;
+};
+
+//! Whether a stage exposes its parameters, for the distributed optimizer: a
+//! `gradient_list` whose buffers match `gradients()`'s one for one (same counts
+//! and types, in the same order). When its module's plan shards the optimizer
+//! (`module_parallelism::distributed_optimizer`) and the communicator can
+//! (`shards_gradients`), the multimodal executor reduce-scatters the gradients
+//! instead of all-reducing them, so the stage must update only its shard of each
+//! buffer (`optimizer_shard`, exec/gradient_shard.hpp), and all-gathers the
+//! parameters at the next step's start.
+template <class Stage>
+concept has_parameters = requires(Stage& stage) {
+  { stage.parameters() } -> gradient_list;
+};
+
+//! Which part of each gradient buffer a stage's optimizer updates after a step:
+//! member `member` of `members` (`shard_of(buffer.count, members, member)`: its
+//! shard and the common remainder); 1 member (the default): the whole buffer.
+struct optimizer_shard {
+  int members = 1;  //!< the data-parallel group's size when sharded, else 1
+  int member = 0;   //!< this rank's place in it
+
+  //! The part of a buffer of `count` elements to update.
+  [[nodiscard]] constexpr gradient_shard of(std::size_t count) const noexcept { return shard_of(count, members, member); }
+  friend bool operator==(const optimizer_shard&, const optimizer_shard&) = default;
 };
 
 namespace detail {

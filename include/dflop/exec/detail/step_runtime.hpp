@@ -5,15 +5,18 @@
 //! `stage_failure`, op timing, the data-parallel gradient sum and the step's close.
 #pragma once
 
+#include <dflop/exec/communicator.hpp>
 #include <dflop/exec/detail/stage_dispatch.hpp>
 #include <dflop/exec/failure.hpp>
 #include <dflop/exec/gradient_buffer.hpp>
+#include <dflop/exec/stage.hpp>
 #include <dflop/exec/step_result.hpp>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -55,6 +58,43 @@ void sum_gradients(Communicator& group, Slot& slot, Started&& already_started) {
       if (!already_started(g)) group.all_reduce_sum(g, group.resource());
     });
   });
+}
+
+//! Sums the gradients of the stage `slot` holds for the distributed optimizer:
+//! each buffer not already under way is reduce-scattered over `group` (this
+//! member's shard and the common remainder get the sum), when `shard` and the
+//! stage exposes its parameters and the communicator can; otherwise as `sum_gradients`.
+template <class Communicator, class Slot, class Started>
+void sum_or_shard_gradients(Communicator& group, Slot& slot, bool shard, Started&& already_started) {
+  with_stage(slot, [&](auto& stage) {
+    constexpr bool can = shards_gradients<Communicator> && has_parameters<std::remove_cvref_t<decltype(stage)>>;
+    for_each_gradient(stage.gradients(), [&](const gradient_buffer& g) {
+      if (already_started(g)) return;
+      if constexpr (can) {
+        if (shard) {
+          group.reduce_scatter_sum(g, group.resource());
+          return;
+        }
+      }
+      group.all_reduce_sum(g, group.resource());
+    });
+  });
+}
+
+//! Gathers the parameters of the stage `slot` holds over `group` (each member's
+//! shard, updated by its optimizer, to every member), when `shard` and the stage
+//! exposes them and the communicator can. Returns whether it did.
+template <class Communicator, class Slot>
+bool gather_parameters(Communicator& group, Slot& slot, bool shard) {
+  bool gathered = false;
+  with_stage(slot, [&](auto& stage) {
+    if constexpr (shards_gradients<Communicator> && has_parameters<std::remove_cvref_t<decltype(stage)>>) {
+      if (!shard) return;
+      for_each_gradient(stage.parameters(), [&](const gradient_buffer& p) { group.all_gather(p, group.resource()); });
+      gathered = true;
+    }
+  });
+  return gathered;
 }
 
 //! The step's clock: seconds since its start, and op times when asked for.
