@@ -248,7 +248,10 @@ TEST_CASE("memory savers are turned on only where a configuration does not fit w
   auto roomy_per_batch = make_planner(model, dflop::test::small_cluster(8, 4), options);
   roomy_per_batch.prepare(workload);
   CHECK(*roomy_per_batch.score(recomputing) == *roomy_per_batch.score(fast));
+  // The distributed optimizer is faster where the LLM has replicas: half the
+  // all-reduce's traffic after the last op, the other half (the gather) before a
+  // first op that waits for the encoder anyway.
   parallel_config sharded = fast;
   sharded.llm.distributed_optimizer = true;
-  CHECK(*roomy.score(sharded) == *roomy.score(fast));
+  CHECK(*roomy.score(sharded) < *roomy.score(fast));
 }

@@ -129,8 +129,8 @@ TEST_CASE("a multimodal pipeline with one replica each equals the single pipelin
   const std::uint32_t m = 5;
   multimodal_costs mm;
   mm.microbatches = m;
-  mm.encoder = {2, 1, {}, {}, {}, {}, {}, {}};
-  mm.llm = {2, 1, {}, {}, {}, {}, {}, {}};
+  mm.encoder = {2, 1, {}, {}, {}, {}, {}, {}, {}};
+  mm.llm = {2, 1, {}, {}, {}, {}, {}, {}, {}};
   pipeline_costs single{m, 4, {}, {}, {}, {}};
   for (std::uint32_t j = 0; j < m; ++j)
     for (std::uint32_t s = 0; s < 4; ++s) {

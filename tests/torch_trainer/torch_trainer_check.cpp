@@ -9,14 +9,16 @@
 //   recomputes TOLERANCE STEPS -- COMMAND...
 //     as agrees, and the step lines' recomputed_layers (layers the stages
 //     recomputed in their backward ops) add up to more than 0.
-//   overlaps TOLERANCE STEPS MIN -- COMMAND...
-//     as agrees, and every step line's gradient_sums_overlapped (gradient
-//     buckets whose data-parallel sum started inside a stage's last B, over all
-//     ranks) is at least MIN.
-//   shards TOLERANCE STEPS PLAN -- COMMAND...
+//   overlaps TOLERANCE STEPS MIN PLAN -- COMMAND...
 //     COMMAND (with --gpus 4, no --steps) saves its plan; PLAN gets that plan
-//     with both modules at tp1 pp1 dp2, recomputing, the optimizer sharded, 4
-//     microbatches; COMMAND --plan PLAN --steps STEPS then runs as agrees, and
+//     with both modules at tp1 pp1 dp2, recomputing, the optimizer not sharded,
+//     4 microbatches; COMMAND --plan PLAN --steps STEPS then runs as agrees, and
+//     every step line's gradient_sums_overlapped (gradient buckets whose
+//     data-parallel sum started inside a stage's last B, over all ranks) is at
+//     least MIN.
+//   shards TOLERANCE STEPS PLAN -- COMMAND...
+//     as overlaps, but the optimizer sharded; COMMAND --plan PLAN --steps STEPS
+//     runs as agrees, and
 //     every step line's sharded_optimizer_ranks (ranks whose optimizer updated
 //     only its shard of the reduce-scattered gradients) is 4.
 //   recompute_memory -- COMMAND...
@@ -118,19 +120,11 @@ void recomputes(double tolerance, std::size_t steps, const command& cmd) {
   if (!(recomputed > 0)) fail("no step recomputed a layer: the memory given does not make the batches recompute");
 }
 
-void overlaps(double tolerance, std::size_t steps, double least, const command& cmd) {
-  const run_lines lines = agrees(tolerance, steps, cmd);
-  for (const auto& step : lines.steps) {
-    const double started = number(step, "gradient_sums_overlapped");
-    std::cerr << "gradient sums started inside a last B: " << started << "\n";
-    if (!(started >= least))
-      fail("fewer than " + std::to_string(least) + " gradient sums overlapped a backward: " + step.dump());
-  }
-}
-
-void shards(double tolerance, std::size_t steps, const std::string& plan_path, const command& cmd) {
-  // The planner's choice follows this machine's profile: fix a configuration
-  // with two replicas of each module instead, in a copy of the plan it made.
+// The planner's choice follows this machine's profile: COMMAND (with --gpus 4,
+// no --steps) saves its plan, and PLAN gets a copy with both modules at tp1 pp1
+// dp2, recomputing where a batch needs it, the optimizer sharded or not, 4
+// microbatches. Returns COMMAND --plan PLAN --steps STEPS.
+command with_fixed_plan(const command& cmd, const std::string& plan_path, bool sharded, std::size_t steps) {
   const std::string made = plan_path + ".made.json";
   command save = cmd;
   save.insert(save.end(), {"--steps", "0", "--save-plan", made});
@@ -141,14 +135,28 @@ void shards(double tolerance, std::size_t steps, const std::string& plan_path, c
   for (const char* module : {"encoder", "llm"}) {
     nlohmann::json& degrees = plan["config"][module];
     const auto layers = degrees["layers"].back()[1];
-    degrees = {{"tp", 1}, {"pp", 1}, {"dp", 2}, {"recompute", true}, {"distributed_optimizer", true},
+    degrees = {{"tp", 1}, {"pp", 1}, {"dp", 2}, {"recompute", true}, {"distributed_optimizer", sharded},
                {"layers", nlohmann::json::array({nlohmann::json::array({0, layers})})}};
   }
   plan["config"]["microbatches"] = 4;
   std::ofstream(plan_path) << plan.dump(2);
   command run = cmd;
   run.insert(run.end(), {"--plan", plan_path, "--steps", std::to_string(steps)});
-  const run_lines lines = agrees(tolerance, steps, run);
+  return run;
+}
+
+void overlaps(double tolerance, std::size_t steps, double least, const std::string& plan_path, const command& cmd) {
+  const run_lines lines = agrees(tolerance, steps, with_fixed_plan(cmd, plan_path, false, steps));
+  for (const auto& step : lines.steps) {
+    const double started = number(step, "gradient_sums_overlapped");
+    std::cerr << "gradient sums started inside a last B: " << started << "\n";
+    if (!(started >= least))
+      fail("fewer than " + std::to_string(least) + " gradient sums overlapped a backward: " + step.dump());
+  }
+}
+
+void shards(double tolerance, std::size_t steps, const std::string& plan_path, const command& cmd) {
+  const run_lines lines = agrees(tolerance, steps, with_fixed_plan(cmd, plan_path, true, steps));
   for (const auto& step : lines.steps) {
     const double sharded = number(step, "sharded_optimizer_ranks");
     std::cerr << "ranks updating a shard: " << sharded << "\n";
@@ -382,8 +390,8 @@ int main(int argc, char** argv) {
     const std::string& mode = args[0];
     if (mode == "agrees" && split == 3) (void)agrees(std::stod(args[1]), std::stoul(args[2]), cmd);
     else if (mode == "recomputes" && split == 3) recomputes(std::stod(args[1]), std::stoul(args[2]), cmd);
-    else if (mode == "overlaps" && split == 4)
-      overlaps(std::stod(args[1]), std::stoul(args[2]), std::stod(args[3]), cmd);
+    else if (mode == "overlaps" && split == 5)
+      overlaps(std::stod(args[1]), std::stoul(args[2]), std::stod(args[3]), args[4], cmd);
     else if (mode == "shards" && split == 4) shards(std::stod(args[1]), std::stoul(args[2]), args[3], cmd);
     else if (mode == "recompute_memory" && split == 1) recompute_memory(cmd);
     else if (mode == "falls" && split == 3) falls(std::stoul(args[1]), std::stod(args[2]), cmd);

@@ -81,8 +81,8 @@ concept starts_all_reduce = communicator<C> && requires(C& comm, gradient_buffer
 template <class C>
 concept shards_gradients = communicator<C> && requires(C& comm, gradient_buffer gradient,
                                                        typename C::resource_type resource) {
-  comm.reduce_scatter_sum(gradient, resource);
-  comm.all_gather(gradient, resource);
+  { comm.reduce_scatter_sum(gradient, resource) } -> std::same_as<void>;
+  { comm.all_gather(gradient, resource) } -> std::same_as<void>;
 };
 
 //! Whether `C` matches messages between two ranks in posting order instead of by

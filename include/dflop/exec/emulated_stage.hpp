@@ -88,8 +88,17 @@ public:
     batch_ = &batch;
     calls_ = 0;
     final_started_ = final_ended_ = {};
+    gathered_ = false;
     const double bytes = costs.gradient_bytes.empty() ? 0.0 : costs.gradient_bytes[stage];
     const double bucket = batch.costs.gradient_bucket_bytes;
+    if (costs.replicas > 1 && !costs.sharded_parameter_bytes.empty()) {  // the distributed optimizer
+      buckets_ = 1;
+      sync_seconds_ = ring_reduce_scatter_seconds(bytes, costs.replicas, costs.gradient_link);
+      gather_seconds_ = ring_reduce_scatter_seconds(costs.sharded_parameter_bytes[stage], costs.replicas,
+                                                    costs.gradient_link);
+      return;
+    }
+    gather_seconds_ = 0;
     buckets_ = bytes > 0 && bucket > 0 && costs.replicas > 1 ? std::ceil(bytes / bucket) : 1.0;
     sync_seconds_ = bytes > 0 ? ring_allreduce_seconds(bytes / buckets_, costs.replicas, costs.gradient_link) : 0.0;
   }
@@ -153,6 +162,17 @@ public:
       }
     }
     return {&gradient_, 1};
+  }
+  //! One value, gathered over the data-parallel group at a step's start when
+  //! the plan shards the optimizer (`module_costs::sharded_parameter_bytes`):
+  //! the first read of a step sleeps the emulated all-gather, which the
+  //! simulator has every replica's first op wait for.
+  [[nodiscard]] std::span<double> parameters() {
+    if (batch_ && !gathered_ && calls_ == 0) {
+      gathered_ = true;
+      if (gather_seconds_ > 0) sleep_precisely(gather_seconds_ * options_.time_scale);
+    }
+    return {&parameter_, 1};
   }
 
   //! What this stage stands for.
@@ -279,10 +299,13 @@ private:
   double handoff_bytes_per_token_ = 0;
   const batch_schedule* batch_ = nullptr;
   std::uint32_t calls_ = 0;
-  double sync_seconds_ = 0;  // the whole all-reduce, or one bucket's with buckets
+  double sync_seconds_ = 0;  // the whole all-reduce (reduce-scatter when sharded), or one bucket's with buckets
+  double gather_seconds_ = 0;  // the distributed optimizer's parameter all-gather (0: not sharded)
+  bool gathered_ = false;      // this step's parameters were read
   double buckets_ = 1;       // buckets the stage's gradients are reduced in
   clock::time_point final_started_{}, final_ended_{};  // the last gradient-producing op
   double gradient_ = 0;
+  double parameter_ = 0;
 };
 static_assert(pipeline_stage<emulated_stage>);
 

@@ -180,6 +180,8 @@ private:
                             [&](const gradient_buffer& g) { return this->overlap_.started(g); });
   }
   [[nodiscard]] Communicator& gradient_group() noexcept { return data_parallel_.front(); }
+  // Stages' buffers said final start their sums at once (no distributed optimizer here).
+  [[nodiscard]] static constexpr bool starts_gradient_sums() noexcept { return true; }
   [[nodiscard]] bool holds_loss() const noexcept { return world_rank_of(stages_count_ - 1) == this->world_->rank(); }
 
   std::vector<stage_type> stages_;

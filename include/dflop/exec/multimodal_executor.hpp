@@ -101,7 +101,7 @@ public:
   [[nodiscard]] optimizer_shard optimizer_shard_of_stage() noexcept {
     bool sharded = false;
     detail::with_stage(stage_, [&](auto& stage) {
-      sharded = shards_ && shards_gradients<Communicator> && has_parameters<std::remove_cvref_t<decltype(stage)>>;
+      sharded = shards_ && detail::can_shard<Communicator, std::remove_cvref_t<decltype(stage)>>;
     });
     if (!sharded) return {};
     return {data_parallel_->size(), data_parallel_->rank()};
@@ -340,6 +340,9 @@ private:
                                    [&](const gradient_buffer& g) { return this->overlap_.started(g); });
   }
   [[nodiscard]] Communicator& gradient_group() noexcept { return *data_parallel_; }
+  // Under the distributed optimizer the step's end reduce-scatters every buffer:
+  // none is summed early (as the simulator prices a sharded stage).
+  [[nodiscard]] bool starts_gradient_sums() noexcept { return optimizer_shard_of_stage().members == 1; }
   [[nodiscard]] bool holds_loss() const noexcept { return role_.position + 1 == positions_ && role_.tp_rank == 0; }
 
   world_layout layout_;

@@ -609,10 +609,15 @@ private:
         }
       }
     costs.gradient_bytes.resize(stages);
+    // The distributed optimizer: gradients reduce-scattered, parameters gathered
+    // at the next step's start (what the executor runs for stages with parameters()).
+    const bool sharded = d.distributed_optimizer && d.dp > 1;
+    costs.sharded_parameter_bytes.assign(sharded ? stages : 0, 0.0);
     link slowest{std::numeric_limits<double>::infinity(), 0};
     for (std::uint32_t s = 0; s < stages; ++s) {
-      costs.gradient_bytes[s] = static_cast<double>(
-          memory_->estimate_memory(kind, d.tp, plan.slice(static_cast<int>(s)), 0, {}).gradients);
+      const auto held = memory_->estimate_memory(kind, d.tp, plan.slice(static_cast<int>(s)), 0, {});
+      costs.gradient_bytes[s] = static_cast<double>(held.gradients);
+      if (sharded) costs.sharded_parameter_bytes[s] = static_cast<double>(held.parameters);
       const link over = ranks.gradient_link(kind, static_cast<int>(s));
       if (over.bandwidth < slowest.bandwidth) slowest = over;
     }

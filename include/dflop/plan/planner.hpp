@@ -186,8 +186,9 @@ public:
 
   //! The memory savers the search tries on `base` when it does not fit as it
   //! is, cheapest first; the first variant whose tail microbatches fit is the one
-  //! scored. In order: `base`; the distributed optimizer (free in compute: its
-  //! reduce-scatter + all-gather replaces the all-reduce); then activation
+  //! scored. In order: `base`; the distributed optimizer (free in compute, and
+  //! faster: its reduce-scatter + all-gather replaces the all-reduce, the gather
+  //! before each rank's first op); then activation
   //! recomputation (one more forward) of the encoder, of the LLM, of both.
   //! Only a memory model that prices `memory_choices` gets more than `base`.
   [[nodiscard]] std::vector<parallel_config> memory_variants(const parallel_config& base) const {
@@ -418,7 +419,9 @@ private:
       if (const double shortfall = scorer_.checks().memory_shortfall(config, scorer_.partitioner(), tails); shortfall > 0) {
         scorer_.checks().note_miss(config, shortfall);
         ++next;
-        // Variants that change no time (the distributed optimizer) reuse this simulation.
+        // Variants that differ only by the distributed optimizer reuse this
+        // simulation: sharding only shortens the reduction, so the scan's figure
+        // stays an upper bound (the finalists are simulated again as they are).
         for (; next < variants.size() && variants[next].encoder.recompute == config.encoder.recompute &&
                variants[next].llm.recompute == config.llm.recompute;
              ++next) {

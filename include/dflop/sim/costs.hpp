@@ -34,6 +34,16 @@ struct link {
   return 2.0 * (d - 1.0) / d * bytes / over.bandwidth + over.latency;
 }
 
+//! Seconds of a ring reduce-scatter (or all-gather) of `bytes` over
+//! `participants`: half a ring all-reduce's traffic, (d - 1) / d of the bytes
+//! through each link, plus one latency.
+[[nodiscard]] inline double ring_reduce_scatter_seconds(double bytes, std::uint32_t participants,
+                                                        const link& over) noexcept {
+  if (participants <= 1) return 0;
+  const double d = participants;
+  return (d - 1.0) / d * bytes / over.bandwidth + over.latency;
+}
+
 //! Costs of one pipeline replica, indexed [microbatch * stages + stage] with
 //! `stage` the model stage (with interleaving, chunk * ranks + rank). Times in any
 //! unit (seconds by convention). `weight` and `transfer` may be left empty (zeros).

@@ -40,6 +40,12 @@ struct module_costs {
   std::vector<double> transfer;        //!< time to pass stage s's output to stage s+1 of the same replica
   std::vector<double> gradient_bytes;  //!< per stage: gradient bytes all-reduced over the replicas (empty: none)
   link gradient_link;                  //!< link the all-reduce runs over
+  //! The distributed optimizer, per stage: parameter bytes each replica gathers
+  //! at the step's start (empty: the optimizer is not sharded). With it, a stage's
+  //! gradients are reduce-scattered once after every replica's last op (half an
+  //! all-reduce's traffic; no buckets) and each replica's first op waits for the
+  //! gather, as the multimodal executor runs stages that expose `parameters()`.
+  std::vector<double> sharded_parameter_bytes;
 
   //! Index of (replica, microbatch, stage) for `microbatches` microbatches.
   [[nodiscard]] std::size_t at(std::uint32_t replica, std::uint32_t microbatch, std::uint32_t stage,
@@ -142,6 +148,7 @@ struct multimodal_costs {
       table(module.weight, "weight", true, n);
       table(module.transfer, "transfer", true, n);
       table(module.gradient_bytes, "gradient_bytes", true, module.stages);
+      table(module.sharded_parameter_bytes, "sharded_parameter_bytes", true, module.stages);
     };
     if (llm.stages == 0) throw error("multimodal_costs: the LLM needs at least one stage");
     check_module(encoder, "encoder");
@@ -346,12 +353,19 @@ private:
   void model_syncs(const pipeline_schedule& schedule, const multimodal_costs& costs) {
     const std::uint32_t positions = costs.positions();
     position_sync_.resize(positions);
+    gather_seconds_.assign(positions, 0.0);
     for (std::uint32_t p = 0; p < positions; ++p) {
       const bool in_encoder = p < costs.encoder.stages;
       const module_costs& module = in_encoder ? costs.encoder : costs.llm;
       const std::uint32_t local = in_encoder ? p : p - costs.encoder.stages;
       const double bytes = module.gradient_bytes.empty() ? 0.0 : module.gradient_bytes[local];
       position_sync_[p] = {};
+      if (module.replicas > 1 && !module.sharded_parameter_bytes.empty()) {  // the distributed optimizer
+        gather_seconds_[p] =
+            ring_reduce_scatter_seconds(module.sharded_parameter_bytes[local], module.replicas, module.gradient_link);
+        if (bytes > 0) position_sync_[p] = {1, ring_reduce_scatter_seconds(bytes, module.replicas, module.gradient_link)};
+        continue;
+      }
       if (bytes <= 0 || module.replicas <= 1) continue;
       const double buckets = costs.gradient_bucket_bytes > 0 ? std::ceil(bytes / costs.gradient_bucket_bytes) : 1.0;
       if (buckets > max_buckets)
@@ -440,7 +454,7 @@ private:
       const std::uint32_t k = order.empty() ? op.microbatch : order[op.microbatch];
       for (std::uint32_t q = 0; q < replicas; ++q) {
         const std::uint32_t node = base + q;
-        double begin = first_of_rank ? 0.0 : end_[previous + q];
+        double begin = first_of_rank ? gather_seconds_[p] : end_[previous + q];
         for (std::uint32_t e = need_begin_[g]; e < need_begin_[g + 1]; ++e) {
           const std::uint32_t from = replica_base_[needs_[e].op];
           switch (needs_[e].kind) {
@@ -491,12 +505,14 @@ private:
     peak_activations(*schedule_, position_peaks_);
     result.peak_activations.resize(result.ranks());
     result.gradient_sync.resize(result.ranks());
+    result.parameter_gather.assign(result.ranks(), op_timing{});
     for (std::uint32_t p = 0; p < costs.positions(); ++p) {
       const op_timing reduced = reduction_of(p);
       const std::uint32_t replicas = p < costs.encoder.stages ? costs.encoder.replicas : costs.llm.replicas;
       for (std::uint32_t q = 0; q < replicas; ++q) {
         result.peak_activations[rank_of(costs, p, q)] = position_peaks_[p];
         result.gradient_sync[rank_of(costs, p, q)] = reduced;
+        result.parameter_gather[rank_of(costs, p, q)] = {0.0, gather_seconds_[p]};
       }
       result.makespan = std::max(result.makespan, reduced.end);
     }
@@ -653,6 +669,7 @@ private:
   std::vector<std::size_t> sizes_;
   std::vector<std::uint32_t> index_in_rank_;
   std::vector<sync_model> position_sync_;
+  std::vector<double> gather_seconds_;  // per position: the parameter all-gather before its first op (0: none)
   std::vector<double> rank_sync_;
   // Per run, replica-minor (see `lay_out_replicas`).
   std::vector<double> duration_, delay_, start_, end_, still_to_come_;

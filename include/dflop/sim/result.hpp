@@ -30,6 +30,9 @@ struct simulation_result {
   std::vector<op_timing> timings;                //!< per op, rank-major in execution order
   std::vector<std::uint32_t> rank_begin;         //!< size ranks + 1
   std::vector<op_timing> gradient_sync;          //!< per rank: its data-parallel all-reduce (empty if none)
+  //! Per rank: the distributed optimizer's parameter all-gather at the step's
+  //! start, before its first op (empty, or [0, 0), where the optimizer is not sharded).
+  std::vector<op_timing> parameter_gather;
 
   //! Number of ranks (tracks).
   [[nodiscard]] std::size_t ranks() const noexcept { return busy.size(); }

@@ -21,7 +21,7 @@ enum class timeline_kind : std::uint8_t {
   forward,        //!< F
   backward,       //!< B
   weight,         //!< W
-  gradient_sync,  //!< data-parallel gradient all-reduce
+  gradient_sync,  //!< data-parallel gradient all-reduce (or reduce-scatter, and the parameter all-gather)
 };
 
 //! One timed event on one track.
@@ -77,7 +77,7 @@ constexpr timeline_kind timeline_kind_of(op_kind kind) noexcept {
                                             const simulation_result& result, std::span<const std::uint32_t> order = {}) {
   timeline out;
   out.makespan = result.makespan;
-  out.events.reserve(result.timings.size() + result.gradient_sync.size());
+  out.events.reserve(result.timings.size() + result.gradient_sync.size() + result.parameter_gather.size());
   for (std::uint32_t r = 0; r < result.ranks(); ++r) {
     out.tracks.push_back(costs.rank_name(r));
     const std::uint32_t position = multimodal_simulator::position_of(costs, r);
@@ -87,6 +87,9 @@ constexpr timeline_kind timeline_kind_of(op_kind kind) noexcept {
       out.events.push_back({r, detail::timeline_kind_of(op.kind), order.empty() ? op.microbatch : order[op.microbatch],
                             op.stage, 0, times[i].start, times[i].end});
     }
+    if (r < result.parameter_gather.size() && result.parameter_gather[r].end > result.parameter_gather[r].start)
+      out.events.push_back({r, timeline_kind::gradient_sync, 0, position, 0, result.parameter_gather[r].start,
+                            result.parameter_gather[r].end});
     if (r < result.gradient_sync.size() && result.gradient_sync[r].end > result.gradient_sync[r].start)
       out.events.push_back({r, timeline_kind::gradient_sync, 0, position, 0, result.gradient_sync[r].start,
                             result.gradient_sync[r].end});

@@ -25,9 +25,11 @@ namespace dflop::detail {
 template <class Communicator>
 class gradient_overlap final : public gradient_sink {
 public:
-  //! A new step whose sums run over `group`.
-  void begin_step(Communicator& group) {
+  //! A new step whose sums run over `group`; without `may_start` (the distributed
+  //! optimizer: the step's end reduce-scatters instead) nothing is started early.
+  void begin_step(Communicator& group, bool may_start = true) {
     group_ = &group;
+    may_start_ = may_start;
     started_.clear();
     said_.clear();
   }
@@ -40,6 +42,10 @@ public:
       if (overlaps(earlier.buffer, buffer))
         throw error("gradients_ready: a gradient buffer was said final twice in one step (or overlaps one that was)");
     if constexpr (starts_all_reduce<Communicator>) {
+      if (!may_start_) {
+        said_.push_back({buffer, false});
+        return;
+      }
       // Sums started earlier move on inside communicator calls (MPI progresses
       // them so): testing them here lets them run while the stage computes.
       for (auto& request : started_) (void)group_->test(request);
@@ -56,7 +62,7 @@ public:
       if (earlier.buffer.data == buffer.data && earlier.buffer.count == buffer.count &&
           earlier.buffer.type == buffer.type) {
         earlier.matched = true;
-        return starts_all_reduce<Communicator>;
+        return starts_all_reduce<Communicator> && may_start_;
       }
       if (overlaps(earlier.buffer, buffer))
         throw error("gradients_ready: a buffer said final covers part of a gradients() buffer; say final exactly "
@@ -94,6 +100,7 @@ private:
   }
 
   Communicator* group_ = nullptr;
+  bool may_start_ = true;
   std::vector<typename Communicator::request> started_;
   std::vector<said> said_;
 };

@@ -5,6 +5,7 @@
 //! `stage_failure`, op timing, the data-parallel gradient sum and the step's close.
 #pragma once
 
+#include <dflop/error.hpp>
 #include <dflop/exec/communicator.hpp>
 #include <dflop/exec/detail/stage_dispatch.hpp>
 #include <dflop/exec/failure.hpp>
@@ -60,39 +61,61 @@ void sum_gradients(Communicator& group, Slot& slot, Started&& already_started) {
   });
 }
 
+//! `group.reduce_scatter_sum` / `group.all_gather` where the communicator has
+//! them; the unconstrained overloads are never reached (callers check
+//! `shards_gradients` first) and keep every executor compiling without them.
+template <class Communicator>
+  requires shards_gradients<Communicator>
+void reduce_scatter(Communicator& group, const gradient_buffer& buffer) {
+  group.reduce_scatter_sum(buffer, group.resource());
+}
+template <class Communicator>
+void reduce_scatter(Communicator&, const gradient_buffer&) {
+  throw error("reduce_scatter_sum: this communicator cannot split a sum over its members");
+}
+template <class Communicator>
+  requires shards_gradients<Communicator>
+void gather(Communicator& group, const gradient_buffer& buffer) {
+  group.all_gather(buffer, group.resource());
+}
+template <class Communicator>
+void gather(Communicator&, const gradient_buffer&) {
+  throw error("all_gather: this communicator cannot gather shards");
+}
+
+//! Whether `Stage`'s optimizer can be sharded over `Communicator` (the stage
+//! exposes its parameters and the communicator splits sums).
+template <class Communicator, class Stage>
+inline constexpr bool can_shard = shards_gradients<Communicator> && has_parameters<Stage>;
+
 //! Sums the gradients of the stage `slot` holds for the distributed optimizer:
 //! each buffer not already under way is reduce-scattered over `group` (this
-//! member's shard and the common remainder get the sum), when `shard` and the
-//! stage exposes its parameters and the communicator can; otherwise as `sum_gradients`.
+//! member's shard and the common remainder get the sum) when `shard` and
+//! `can_shard`; otherwise all-reduced, as `sum_gradients`.
 template <class Communicator, class Slot, class Started>
 void sum_or_shard_gradients(Communicator& group, Slot& slot, bool shard, Started&& already_started) {
   with_stage(slot, [&](auto& stage) {
-    constexpr bool can = shards_gradients<Communicator> && has_parameters<std::remove_cvref_t<decltype(stage)>>;
+    const bool split = shard && can_shard<Communicator, std::remove_cvref_t<decltype(stage)>>;
     for_each_gradient(stage.gradients(), [&](const gradient_buffer& g) {
       if (already_started(g)) return;
-      if constexpr (can) {
-        if (shard) {
-          group.reduce_scatter_sum(g, group.resource());
-          return;
-        }
-      }
-      group.all_reduce_sum(g, group.resource());
+      if (split) reduce_scatter(group, g);
+      else group.all_reduce_sum(g, group.resource());
     });
   });
 }
 
 //! Gathers the parameters of the stage `slot` holds over `group` (each member's
-//! shard, updated by its optimizer, to every member), when `shard` and the stage
-//! exposes them and the communicator can. Returns whether it did.
+//! shard, updated by its optimizer, to every member), when `shard` and
+//! `can_shard`. Returns whether it did.
 template <class Communicator, class Slot>
 bool gather_parameters(Communicator& group, Slot& slot, bool shard) {
   bool gathered = false;
   with_stage(slot, [&](auto& stage) {
-    if constexpr (shards_gradients<Communicator> && has_parameters<std::remove_cvref_t<decltype(stage)>>) {
-      if (!shard) return;
-      for_each_gradient(stage.parameters(), [&](const gradient_buffer& p) { group.all_gather(p, group.resource()); });
-      gathered = true;
-    }
+    using stage_type = std::remove_cvref_t<decltype(stage)>;
+    if (!shard || !can_shard<Communicator, stage_type>) return;
+    if constexpr (has_parameters<stage_type>)
+      for_each_gradient(stage.parameters(), [&](const gradient_buffer& p) { gather(group, p); });
+    gathered = true;
   });
   return gathered;
 }

@@ -95,8 +95,9 @@ public:
 
   //! The memory savers the search tries on `base` when it does not fit as it
   //! is, cheapest first; the first variant whose tail microbatches fit is the one
-  //! scored. In order: `base`; the distributed optimizer (free in compute: its
-  //! reduce-scatter + all-gather replaces the all-reduce); then activation
+  //! scored. In order: `base`; the distributed optimizer (free in compute, and
+  //! faster: its reduce-scatter + all-gather replaces the all-reduce, the gather
+  //! before each rank's first op); then activation
   //! recomputation (one more forward) of the encoder, of the LLM, of both.
   //! Only a memory model that prices `memory_choices` gets more than `base`.
   [[nodiscard]] std::vector<parallel_config> memory_variants(const parallel_config& base) const {
