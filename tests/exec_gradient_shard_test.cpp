@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <mutex>
+#include <string>
 #include <vector>
 
 using namespace dflop;
@@ -38,21 +40,49 @@ TEST_CASE("shard_of: the members' shards tile the first n floor(c / n) elements,
 }
 
 TEST_CASE("in-process reduce-scatter and all-gather equal all_reduce_sum on each member's shard", "[exec]") {
+  // Members are threads: each collects what failed, asserted after the join.
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  const auto record = [&](std::vector<std::string> found) {
+    std::lock_guard lock(mutex);
+    failures.insert(failures.end(), found.begin(), found.end());
+  };
   for (int members = 1; members <= 5; ++members)
-    run_inproc(members, [](inproc_communicator& comm) { test::check_shard_collectives(comm); });
+    run_inproc(members, [&](inproc_communicator& comm) { record(test::shard_collective_failures(comm)); });
   // Groups of 2 and 3 split from a world of 5: each group's members only.
-  run_inproc(5, [](inproc_communicator& world) {
+  run_inproc(5, [&](inproc_communicator& world) {
     inproc_communicator group = world.split(world.rank() < 2 ? 0 : 1, world.rank());
-    test::check_shard_collectives(group);
+    record(test::shard_collective_failures(group));
   });
+  for (const auto& failure : failures) FAIL_CHECK(failure);
+  CHECK(failures.empty());
 }
 
 TEST_CASE("in-process shard collectives refuse members' buffers of different sizes", "[exec]") {
-  run_inproc(2, [](inproc_communicator& comm) {
+  std::mutex mutex;
+  std::vector<std::string> errors;  // per member and collective, what it threw (asserted after the join)
+  run_inproc(2, [&](inproc_communicator& comm) {
     std::vector<double> values(comm.rank() == 0 ? 4 : 6, 1.0);
-    CHECK_THROWS_WITH(comm.reduce_scatter_sum(gradient_buffer::of(std::span<double>(values)), comm.resource()),
-                      Catch::Contains("reduce_scatter_sum: rank"));
-    CHECK_THROWS_WITH(comm.all_gather(gradient_buffer::of(std::span<double>(values)), comm.resource()),
-                      Catch::Contains("all_gather: rank"));
+    const gradient_buffer buffer = gradient_buffer::of(std::span<double>(values));
+    for (const bool scatter : {true, false}) {
+      std::string what = "nothing";
+      try {
+        if (scatter) comm.reduce_scatter_sum(buffer, comm.resource());
+        else comm.all_gather(buffer, comm.resource());
+      } catch (const error& e) {
+        what = e.what();
+      }
+      std::lock_guard lock(mutex);
+      errors.push_back(what);
+    }
   });
+  REQUIRE(errors.size() == 4);
+  int scatter = 0, gather = 0;
+  for (const auto& what : errors) {
+    INFO(what);
+    scatter += what.find("reduce_scatter_sum: rank") != std::string::npos;
+    gather += what.find("all_gather: rank") != std::string::npos;
+  }
+  CHECK(scatter == 2);
+  CHECK(gather == 2);
 }

@@ -3,17 +3,17 @@
 // member of `comm` together: on buffers of every size from 0 to 3 x members + 2
 // (shards of 0 or more elements, remainders of 0 to members - 1), the
 // reduce-scatter leaves this member's shard and the remainder equal, bit for bit,
-// to what all_reduce_sum gives the same values, and leaves every other element
-// as it was; the all-gather then gives every member each owner's shard and keeps
-// the remainder. Doubles and floats.
+// to what all_reduce_sum gives the same values; the all-gather then gives every
+// member each owner's shard and keeps the remainder. Doubles and floats.
+// Returns what failed, in words, instead of asserting: Catch's assertions are
+// not thread-safe, and in-process members are threads (assert after the join).
 #pragma once
 
 #include <dflop/exec/communicator.hpp>
 
-#include <catch2/catch.hpp>
-
 #include <cstddef>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace dflop::test {
@@ -25,21 +25,26 @@ T shard_test_value(int member, std::size_t j, std::size_t count) {
 }
 
 template <class T, class Communicator>
-void check_shard_collectives_of(Communicator& comm) {
+void check_shard_collectives_of(Communicator& comm, std::vector<std::string>& failures) {
   const int members = comm.size();
   const int me = comm.rank();
   for (std::size_t count = 0; count <= 3 * static_cast<std::size_t>(members) + 2; ++count) {
-    INFO(members << " members, " << count << " elements, member " << me);
+    const auto fail = [&](const std::string& what, std::size_t j) {
+      failures.push_back(std::to_string(members) + " members, " + std::to_string(count) + " elements (" +
+                         (sizeof(T) == 8 ? "double" : "float") + "), member " + std::to_string(me) + ": " + what +
+                         " at element " + std::to_string(j));
+    };
     std::vector<T> mine(count), summed(count);
     for (std::size_t j = 0; j < count; ++j) mine[j] = summed[j] = shard_test_value<T>(me, j, count);
     const std::vector<T> before = mine;
     comm.all_reduce_sum(gradient_buffer::of(std::span<T>(summed)), comm.resource());
     comm.reduce_scatter_sum(gradient_buffer::of(std::span<T>(mine)), comm.resource());
     const gradient_shard shard = shard_of(count, members, me);
-    CHECK(shard.end - shard.begin == count / static_cast<std::size_t>(members));
-    CHECK(shard.common_begin == count / static_cast<std::size_t>(members) * static_cast<std::size_t>(members));
-    for (std::size_t j = shard.begin; j < shard.end; ++j) CHECK(mine[j] == summed[j]);
-    for (std::size_t j = shard.common_begin; j < count; ++j) CHECK(mine[j] == summed[j]);
+    if (shard.end - shard.begin != count / static_cast<std::size_t>(members)) fail("shard size", shard.begin);
+    for (std::size_t j = shard.begin; j < shard.end; ++j)
+      if (mine[j] != summed[j]) fail("reduce-scatter differs from the all-reduce in the shard", j);
+    for (std::size_t j = shard.common_begin; j < count; ++j)
+      if (mine[j] != summed[j]) fail("reduce-scatter differs from the all-reduce in the remainder", j);
 
     // All-gather: each owner's shard values (its own, distinct from the sums) reach everyone.
     std::vector<T> gathered = before;
@@ -47,17 +52,22 @@ void check_shard_collectives_of(Communicator& comm) {
     comm.all_gather(gradient_buffer::of(std::span<T>(gathered)), comm.resource());
     for (int owner = 0; owner < members; ++owner) {
       const gradient_shard theirs = shard_of(count, members, owner);
-      for (std::size_t j = theirs.begin; j < theirs.end; ++j) CHECK(gathered[j] == -summed[j] - static_cast<T>(owner));
+      for (std::size_t j = theirs.begin; j < theirs.end; ++j)
+        if (gathered[j] != -summed[j] - static_cast<T>(owner)) fail("all-gather lost member " + std::to_string(owner) + "'s shard", j);
     }
-    for (std::size_t j = shard.common_begin; j < count; ++j) CHECK(gathered[j] == before[j]);
+    for (std::size_t j = shard.common_begin; j < count; ++j)
+      if (gathered[j] != before[j]) fail("all-gather changed the remainder", j);
   }
 }
 
+//! Every check for doubles and floats; what failed, in words (empty: all passed).
 template <class Communicator>
   requires shards_gradients<Communicator>
-void check_shard_collectives(Communicator& comm) {
-  check_shard_collectives_of<double>(comm);
-  check_shard_collectives_of<float>(comm);
+std::vector<std::string> shard_collective_failures(Communicator& comm) {
+  std::vector<std::string> failures;
+  check_shard_collectives_of<double>(comm, failures);
+  check_shard_collectives_of<float>(comm, failures);
+  return failures;
 }
 
 }  // namespace dflop::test
