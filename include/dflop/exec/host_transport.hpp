@@ -93,6 +93,7 @@ inline void gather_shards(std::span<void* const> parts, std::size_t count, std::
   const auto members = static_cast<int>(parts.size());
   for (int i = 0; i < members; ++i) {
     const gradient_shard shard = shard_of(count, members, i);
+    if (shard.end == shard.begin) continue;  // empty shards (an empty buffer's data may be null: no memcpy)
     const auto* own = static_cast<const std::byte*>(parts[static_cast<std::size_t>(i)]) + shard.begin * bytes;
     for (int k = 0; k < members; ++k)
       if (k != i)
