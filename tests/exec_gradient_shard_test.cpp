@@ -40,6 +40,7 @@ TEST_CASE("shard_of: the members' shards tile the first n floor(c / n) elements,
 }
 
 TEST_CASE("in-process reduce-scatter and all-gather equal all_reduce_sum on each member's shard", "[exec]") {
+  static_assert(starts_reduce_scatter<inproc_communicator>, "the started reduce-scatter is checked too");
   // Members are threads: each collects what failed, asserted after the join.
   std::mutex mutex;
   std::vector<std::string> failures;

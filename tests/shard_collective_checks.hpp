@@ -4,7 +4,9 @@
 // (shards of 0 or more elements, remainders of 0 to members - 1), the
 // reduce-scatter leaves this member's shard and the remainder equal, bit for bit,
 // to what all_reduce_sum gives the same values; the all-gather then gives every
-// member each owner's shard and keeps the remainder. Doubles and floats.
+// member each owner's shard and keeps the remainder. Where the communicator
+// starts reduce-scatters (`starts_reduce_scatter`), two started at once leave the
+// same values. Doubles and floats.
 // Returns what failed, in words, instead of asserting: Catch's assertions are
 // not thread-safe, and in-process members are threads (assert after the join).
 #pragma once
@@ -45,6 +47,20 @@ void check_shard_collectives_of(Communicator& comm, std::vector<std::string>& fa
       if (mine[j] != summed[j]) fail("reduce-scatter differs from the all-reduce in the shard", j);
     for (std::size_t j = shard.common_begin; j < count; ++j)
       if (mine[j] != summed[j]) fail("reduce-scatter differs from the all-reduce in the remainder", j);
+    if constexpr (starts_reduce_scatter<Communicator>) {
+      // Two started at once and waited for in reverse order: each leaves what the blocking one does.
+      std::vector<T> first = before, second = before;
+      auto first_request = comm.reduce_scatter_sum_start(gradient_buffer::of(std::span<T>(first)), comm.resource());
+      auto second_request = comm.reduce_scatter_sum_start(gradient_buffer::of(std::span<T>(second)), comm.resource());
+      comm.wait(second_request, comm.resource());
+      comm.wait(first_request, comm.resource());
+      for (const std::vector<T>* started : {&first, &second}) {
+        for (std::size_t j = shard.begin; j < shard.end; ++j)
+          if ((*started)[j] != summed[j]) fail("started reduce-scatter differs from the all-reduce in the shard", j);
+        for (std::size_t j = shard.common_begin; j < count; ++j)
+          if ((*started)[j] != summed[j]) fail("started reduce-scatter differs from the all-reduce in the remainder", j);
+      }
+    }
 
     // All-gather: each owner's shard values (its own, distinct from the sums) reach everyone.
     std::vector<T> gathered = before;

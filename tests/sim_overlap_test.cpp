@@ -183,15 +183,16 @@ TEST_CASE("bucket sizes that are negative, not finite or too small are refused",
   CHECK_THROWS_WITH(simulate(schedule, c), Catch::Contains("buckets"));
 }
 
-TEST_CASE("the distributed optimizer: a gather before each replica's first op, a reduce-scatter after the last",
+TEST_CASE("the distributed optimizer: a gather before each replica's first op, reduce-scatters in buckets after",
           "[sim]") {
   // Closed form on one stage: replica q's ops run back to back from the gather's
-  // end g, so its last B ends at g + m (f + b_q); the reduce-scatter starts when
-  // the slowest has and takes half the ring's traffic; buckets are ignored.
+  // end g, so its last B is [g + m (f + b_q) - b_q, g + m (f + b_q)); the buckets
+  // follow the closed form with reduce-scatters of half the ring's traffic (one
+  // bucket: after the slowest replica's last op).
   const dflop::link over{1e10, 2e-4};
   for (const std::uint32_t replicas : {2U, 3U, 5U})
     for (const std::uint32_t m : {1U, 4U})
-      for (const double bucket : {0.0, 1e8}) {
+      for (const double bucket : {0.0, 1e9, 1e8}) {
         const double f = 0.1, b = 0.2, skew = 0.03, bytes = 4e9, parameters = 2e9;
         multimodal_costs c = one_stage(replicas, m, f, b, skew, bytes, over);
         c.gradient_bucket_bytes = bucket;
@@ -199,15 +200,24 @@ TEST_CASE("the distributed optimizer: a gather before each replica's first op, a
         const simulation_result r = simulate(one_f_one_b{}.make({1, m}), c);
         const double d = replicas;
         const double gather = (d - 1) / d * parameters / over.bandwidth + over.latency;
-        const double scatter = (d - 1) / d * bytes / over.bandwidth + over.latency;
-        const double last = gather + m * (f + b + (replicas - 1) * skew);
-        INFO("replicas " << replicas << " m " << m << " bucket " << bucket);
-        CHECK(r.makespan == Approx(last + scatter).epsilon(1e-12));
+        const auto n = static_cast<std::uint32_t>(bucket > 0 ? std::ceil(bytes / bucket) : 1);
+        const double scatter = (d - 1) / d * (bytes / n) / over.bandwidth + over.latency;
+        std::vector<double> s, e;
+        for (std::uint32_t q = 0; q < replicas; ++q) {
+          const double bq = b + q * skew;
+          e.push_back(gather + m * (f + bq));
+          s.push_back(e.back() - bq);
+        }
+        const double last = e.back();
+        INFO("replicas " << replicas << " m " << m << " buckets " << n);
+        CHECK(r.makespan == Approx(closed_form(s, e, n, scatter)).epsilon(1e-12));
+        if (n == 1) CHECK(r.makespan == Approx(last + scatter).epsilon(1e-12));
         for (std::uint32_t q = 0; q < replicas; ++q) {
           CHECK(r.rank_timings(q).front().start == Approx(gather).epsilon(1e-12));
           CHECK(r.parameter_gather[q].start == 0);
           CHECK(r.parameter_gather[q].end == Approx(gather).epsilon(1e-12));
-          CHECK(r.gradient_sync[q].start == Approx(last).epsilon(1e-12));
+          // The first bucket waits for the slowest replica (the last: its B ends latest and is longest).
+          CHECK(r.gradient_sync[q].start == Approx(s.back() + (e.back() - s.back()) / n).epsilon(1e-12));
         }
         // Unsharded, the same iteration ends a whole all-reduce after the last op (no buckets).
         c.llm.sharded_parameter_bytes.clear();

@@ -269,9 +269,8 @@ struct torch_stage::impl {
   std::vector<std::size_t> block_specs;
   std::size_t head_spec = 0;
   // The flat gradient in buckets, said final as B finishes them (one bucket,
-  // summed after the step, without a size); `says_buckets`: with a size.
+  // summed after the step, without a size: not `overlapped()`).
   gradient_buckets buckets;
-  bool says_buckets = false;
   // The parameters in the same buckets (the distributed optimizer gathers them),
   // and each bucket's first element in the flat buffers.
   std::vector<gradient_buffer> parameter_buckets;
@@ -339,7 +338,6 @@ struct torch_stage::impl {
       units.push_back({l == 0 ? 0 : static_cast<std::size_t>(store.offset_of(block_specs[l])),
                        l + 1 < blocks.size() ? static_cast<std::size_t>(store.offset_of(block_specs[l + 1])) : head_begin});
     buckets = gradient_buckets(store.gradients(), units, blocks.empty() ? 0.0 : bucket_bytes);
-    says_buckets = buckets.overlapped();
     const gradient_buffer whole = store.gradients(), values = store.values();
     const std::size_t element = element_size(whole.type);
     for (const gradient_buffer& bucket : buckets.buffers()) {
@@ -550,23 +548,23 @@ struct torch_stage::impl {
       g.resumed = x.detach().requires_grad_(true);
       x = g.resumed;
     }
-    if (says_buckets) {
+    if (buckets.overlapped()) {
       g.block_inputs.resize(blocks.size());
       g.block_outputs.resize(blocks.size());
     }
     for (std::size_t l = recomputed; l < blocks.size(); ++l) {
-      if (says_buckets) {
+      if (buckets.overlapped()) {
         if (l > recomputed) x = x.detach().requires_grad_(true);
         g.block_inputs[l] = x;
       }
       x = block(l, x, lengths);
-      if (says_buckets) g.block_outputs[l] = x;
+      if (buckets.overlapped()) g.block_outputs[l] = x;
     }
     return x;
   }
   // Where the projector or head starts: a leaf of its own with buckets (see `graph`).
   Tensor head_boundary(graph& g, const Tensor& x) const {
-    if (!says_buckets) return x;
+    if (!buckets.overlapped()) return x;
     // Every layer recomputed: `x` is `g.resumed`, already a leaf, which B of
     // the recomputed layers starts from.
     g.head_input = x.is_leaf() ? x : x.detach().requires_grad_(true);
@@ -679,7 +677,7 @@ struct torch_stage::impl {
         // Read in place: the executor keeps the buffer until the call returns.
         output_grad = at::from_blob(const_cast<std::byte*>(ctx.output_grad.data()), g.output.sizes(), options());
       }
-      if (says_buckets) backward_in_units(g, ctx, output_grad);
+      if (buckets.overlapped()) backward_in_units(g, ctx, output_grad);
       else g.output.backward(output_grad);
       backward_recomputed(g, ctx);
       store.check_gradients();

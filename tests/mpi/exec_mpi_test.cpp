@@ -125,6 +125,7 @@ TEST_CASE("MPI: sleeping stages take the simulated time", "[exec][mpi][timing]")
 }
 
 TEST_CASE("MPI: reduce-scatter and all-gather equal all_reduce_sum on each member's shard", "[exec][mpi]") {
+  static_assert(starts_reduce_scatter<mpi_communicator>, "the started reduce-scatter is checked too");
   mpi_communicator world(MPI_COMM_WORLD, 20);
   auto failures = test::shard_collective_failures(world);
   // Groups of 1 and 3 split from the world: each group's members only.

@@ -16,11 +16,12 @@
 //     every step line's gradient_sums_overlapped (gradient buckets whose
 //     data-parallel sum started inside a stage's last B, over all ranks) is at
 //     least MIN.
-//   shards TOLERANCE STEPS PLAN -- COMMAND...
+//   shards TOLERANCE STEPS MIN PLAN -- COMMAND...
 //     as overlaps, but the optimizer sharded; COMMAND --plan PLAN --steps STEPS
-//     runs as agrees, and
-//     every step line's sharded_optimizer_ranks (ranks whose optimizer updated
-//     only its shard of the reduce-scattered gradients) is 4.
+//     runs as agrees, every step line's sharded_optimizer_ranks (ranks whose
+//     optimizer updated only its shard of the reduce-scattered gradients) is 4,
+//     and its gradient_sums_overlapped (reduce-scatters started inside a last B)
+//     is at least MIN.
 //   recompute_memory -- COMMAND...
 //     COMMAND runs --recompute-memory: per module a line per k = 0 .. layers,
 //     the held bytes growing with each microbatch and falling with each layer
@@ -155,12 +156,16 @@ void overlaps(double tolerance, std::size_t steps, double least, const std::stri
   }
 }
 
-void shards(double tolerance, std::size_t steps, const std::string& plan_path, const command& cmd) {
+void shards(double tolerance, std::size_t steps, double least, const std::string& plan_path, const command& cmd) {
   const run_lines lines = agrees(tolerance, steps, with_fixed_plan(cmd, plan_path, true, steps));
   for (const auto& step : lines.steps) {
     const double sharded = number(step, "sharded_optimizer_ranks");
-    std::cerr << "ranks updating a shard: " << sharded << "\n";
+    const double started = number(step, "gradient_sums_overlapped");
+    std::cerr << "ranks updating a shard: " << sharded << ", reduce-scatters started inside a last B: " << started
+              << "\n";
     if (sharded != 4) fail("expected 4 ranks updating a shard: " + step.dump());
+    if (!(started >= least))
+      fail("fewer than " + std::to_string(least) + " reduce-scatters overlapped a backward: " + step.dump());
   }
 }
 
@@ -392,7 +397,8 @@ int main(int argc, char** argv) {
     else if (mode == "recomputes" && split == 3) recomputes(std::stod(args[1]), std::stoul(args[2]), cmd);
     else if (mode == "overlaps" && split == 5)
       overlaps(std::stod(args[1]), std::stoul(args[2]), std::stod(args[3]), args[4], cmd);
-    else if (mode == "shards" && split == 4) shards(std::stod(args[1]), std::stoul(args[2]), args[3], cmd);
+    else if (mode == "shards" && split == 5)
+      shards(std::stod(args[1]), std::stoul(args[2]), std::stod(args[3]), args[4], cmd);
     else if (mode == "recompute_memory" && split == 1) recompute_memory(cmd);
     else if (mode == "falls" && split == 3) falls(std::stoul(args[1]), std::stod(args[2]), cmd);
     else if (mode == "fails" && split == 3) fails(std::stoi(args[1]), args[2], cmd);

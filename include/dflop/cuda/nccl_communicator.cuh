@@ -162,13 +162,12 @@ public:
   //! once: the sum runs under the compute queued on `stream` afterwards. `wait`
   //! orders a stream after it; every rank must start the same sums in the same order.
   request all_reduce_sum_start(const gradient_buffer& buffer, cudaStream_t stream) {
-    const auto produced = detail::record_event(stream);
-    if (size_ == 1 || buffer.count == 0) return {produced};
-    DFLOP_CUDA_TRY(cudaStreamWaitEvent(reduce_stream_, produced.get(), 0));
-    detail::nccl_check(
-        ncclAllReduce(buffer.data, buffer.data, buffer.count, nccl_type(buffer), ncclSum, comm_, reduce_stream_),
-                       "ncclAllReduce", comm_);
-    return {detail::record_event(reduce_stream_)};
+    return start_on_reduce_stream(buffer, stream, [&] { all_reduce_sum(buffer, reduce_stream_); });
+  }
+  //! Starts `reduce_scatter_sum(buffer)` on the reduction stream, after the work
+  //! already on `stream`, and returns at once, as `all_reduce_sum_start` does.
+  request reduce_scatter_sum_start(const gradient_buffer& buffer, cudaStream_t stream) {
+    return start_on_reduce_stream(buffer, stream, [&] { reduce_scatter_sum(buffer, reduce_stream_); });
   }
   //! Sums one host value over the communicator: the step's one host wait, polled
   //! against the watchdog and NCCL's asynchronous error.
@@ -219,6 +218,17 @@ public:
   void deallocate(std::byte* pointer, std::size_t) noexcept { (void)cudaFree(pointer); }
 
 private:
+  // Runs `enqueue` (collectives on the reduction stream) after the work already
+  // on `stream`; the request completes with them.
+  template <class Enqueue>
+  request start_on_reduce_stream(const gradient_buffer& buffer, cudaStream_t stream, Enqueue&& enqueue) {
+    const auto produced = detail::record_event(stream);
+    if (size_ == 1 || buffer.count == 0) return {produced};
+    DFLOP_CUDA_TRY(cudaStreamWaitEvent(reduce_stream_, produced.get(), 0));
+    enqueue();
+    return {detail::record_event(reduce_stream_)};
+  }
+
   static ncclDataType_t nccl_type(const gradient_buffer& buffer) noexcept {
     return buffer.type == element_type::float64 ? ncclFloat64 : ncclFloat32;
   }

@@ -22,7 +22,8 @@
 //! - `allocate` / `deallocate` give memory the communicator can move.
 //! - Optionally (`shards_gradients`), `reduce_scatter_sum` and `all_gather` split a
 //!   buffer over the members as `shard_of` says (the distributed optimizer's sum
-//!   of each member's shard, and the gather of the updated shards).
+//!   of each member's shard, and the gather of the updated shards), and
+//!   (`starts_reduce_scatter`) `reduce_scatter_sum_start` starts the former.
 #pragma once
 
 #include <dflop/exec/gradient_buffer.hpp>
@@ -83,6 +84,17 @@ concept shards_gradients = communicator<C> && requires(C& comm, gradient_buffer 
                                                        typename C::resource_type resource) {
   { comm.reduce_scatter_sum(gradient, resource) } -> std::same_as<void>;
   { comm.all_gather(gradient, resource) } -> std::same_as<void>;
+};
+
+//! Whether `C` can start a reduce-scatter and return at once
+//! (`reduce_scatter_sum_start`, completed by `wait`): what overlapping the
+//! distributed optimizer's reduction with the last backward needs. After the wait
+//! the buffer holds what `reduce_scatter_sum` leaves; until then it stays
+//! untouched by the caller. Every member starts the same ones in the same order.
+template <class C>
+concept starts_reduce_scatter = shards_gradients<C> && requires(C& comm, gradient_buffer gradient,
+                                                                typename C::resource_type resource) {
+  { comm.reduce_scatter_sum_start(gradient, resource) } -> std::same_as<typename C::request>;
 };
 
 //! Whether `C` matches messages between two ranks in posting order instead of by

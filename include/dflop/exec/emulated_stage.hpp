@@ -91,16 +91,13 @@ public:
     gathered_ = false;
     const double bytes = costs.gradient_bytes.empty() ? 0.0 : costs.gradient_bytes[stage];
     const double bucket = batch.costs.gradient_bucket_bytes;
-    if (costs.replicas > 1 && !costs.sharded_parameter_bytes.empty()) {  // the distributed optimizer
-      buckets_ = 1;
-      sync_seconds_ = ring_reduce_scatter_seconds(bytes, costs.replicas, costs.gradient_link);
-      gather_seconds_ = ring_reduce_scatter_seconds(costs.sharded_parameter_bytes[stage], costs.replicas,
-                                                    costs.gradient_link);
-      return;
-    }
-    gather_seconds_ = 0;
+    const bool sharded = costs.replicas > 1 && !costs.sharded_parameter_bytes.empty();  // the distributed optimizer
+    gather_seconds_ = sharded ? ring_reduce_scatter_seconds(costs.sharded_parameter_bytes[stage], costs.replicas,
+                                                            costs.gradient_link)
+                              : 0.0;
     buckets_ = bytes > 0 && bucket > 0 && costs.replicas > 1 ? std::ceil(bytes / bucket) : 1.0;
-    sync_seconds_ = bytes > 0 ? ring_allreduce_seconds(bytes / buckets_, costs.replicas, costs.gradient_link) : 0.0;
+    sync_seconds_ =
+        bytes > 0 ? gradient_reduction_seconds(bytes / buckets_, costs.replicas, costs.gradient_link, sharded) : 0.0;
   }
 
   //! Input activation bytes: the previous stage's output for these samples.

@@ -176,12 +176,14 @@ private:
   // Data-parallel gradient sum per stage; the last stage's rank holds the loss.
   void sum_gradients() {
     for (auto& stage : stages_)
-      detail::sum_gradients(data_parallel_.front(), stage,
+      detail::sum_gradients(data_parallel_.front(), stage, detail::gradient_reduction::all_reduce,
                             [&](const gradient_buffer& g) { return this->overlap_.started(g); });
   }
   [[nodiscard]] Communicator& gradient_group() noexcept { return data_parallel_.front(); }
-  // Stages' buffers said final start their sums at once (no distributed optimizer here).
-  [[nodiscard]] static constexpr bool starts_gradient_sums() noexcept { return true; }
+  // Gradients are all-reduced (no distributed optimizer here).
+  [[nodiscard]] static constexpr detail::gradient_reduction reduction() noexcept {
+    return detail::gradient_reduction::all_reduce;
+  }
   [[nodiscard]] bool holds_loss() const noexcept { return world_rank_of(stages_count_ - 1) == this->world_->rank(); }
 
   std::vector<stage_type> stages_;

@@ -269,23 +269,8 @@ public:
   request all_reduce_sum_start(const gradient_buffer& buffer, resource_type)
     requires std::same_as<Transport, host_transport>
   {
-    auto started = std::make_shared<state_type>();
-    started->waits_for = "a started gradient all-reduce";
-    if (size() == 1) {
-      started->done.store(true);
-      return started;
-    }
-    std::lock_guard lock(world_->mutex_);
-    if (world_->aborted_) throw pipeline_aborted("rank " + std::to_string(global()) + " stopped: " + world_->failure_text_);
-    const auto at = std::pair{id_, sequence_++};
-    auto& state = world_->collectives_[at];
-    deposit(state, buffer, {});
-    state.started.push_back(started);
-    ++state.departed;  // it takes nothing back: the sum is written into its buffer
-    if (++state.arrived == size())
-      complete(state, [&](detail::inproc_collective& all) { return transport_.reduce(all.parts, all.arrivals, buffer); });
-    if (state.departed == size()) world_->collectives_.erase(at);
-    return started;
+    return start_collective(buffer, "all_reduce_sum_start", "a started gradient all-reduce",
+                            [&](detail::inproc_collective& all) { return transport_.reduce(all.parts, all.arrivals, buffer); });
   }
   //! `all_reduce_sum_start` on this rank's own resource.
   request all_reduce_sum_start(const gradient_buffer& buffer)
@@ -302,12 +287,25 @@ public:
     requires std::same_as<Transport, host_transport>
   {
     if (size() == 1) return;
-    (void)collective(buffer, {}, [&](detail::inproc_collective& state) {
-      if (state.type == element_type::float64) detail::sum_shards<double>(state.parts, state.count);
-      else detail::sum_shards<float>(state.parts, state.count);
+    (void)collective(buffer, {}, [](detail::inproc_collective& state) {
+      sum_shards_of(state);
       return std::shared_ptr<void>{};
     }, "reduce_scatter_sum", "a reduce-scatter");
   }
+  //! Starts `reduce_scatter_sum(buffer)` and returns at once; `wait` completes
+  //! it. As `all_reduce_sum_start`, the last member to start it sums every shard
+  //! while the others go on working: keep `buffer` untouched until the wait.
+  //! Host memory only; a size or type mismatch fails the wait.
+  request reduce_scatter_sum_start(const gradient_buffer& buffer, resource_type)
+    requires std::same_as<Transport, host_transport>
+  {
+    return start_collective(buffer, "reduce_scatter_sum_start", "a started gradient reduce-scatter",
+                            [](detail::inproc_collective& all) {
+                              sum_shards_of(all);
+                              return std::shared_ptr<void>{};
+                            });
+  }
+
   //! Every member's shard of `buffer` (`shard_of`) copied to every member; the
   //! common remainder is left as it is. Host memory only. Throws `dflop::error`
   //! when members pass buffers of different sizes or types.
@@ -403,6 +401,35 @@ private:
     if (++state.departed == size()) world_->collectives_.erase(at);
     if (!failed.empty()) throw error(failed);
     return reduced;
+  }
+
+  // Deposits this member's part of a collective and returns at once; the last
+  // member to arrive runs `reduce` for all (`complete`), which finishes every
+  // member's request. Host memory only.
+  template <class Reduce>
+  request start_collective(const gradient_buffer& part, const char* name, const char* waits_for, Reduce&& reduce) {
+    auto started = std::make_shared<state_type>();
+    started->waits_for = waits_for;
+    if (size() == 1) {
+      started->done.store(true);
+      return started;
+    }
+    std::lock_guard lock(world_->mutex_);
+    if (world_->aborted_) throw pipeline_aborted("rank " + std::to_string(global()) + " stopped: " + world_->failure_text_);
+    const auto at = std::pair{id_, sequence_++};
+    auto& state = world_->collectives_[at];
+    deposit(state, part, {}, name);
+    state.started.push_back(started);
+    ++state.departed;  // it takes nothing back: the result is written into its buffer
+    if (++state.arrived == size()) complete(state, reduce);
+    if (state.departed == size()) world_->collectives_.erase(at);
+    return started;
+  }
+
+  // Each member's shard and the common remainder of the deposited parts become their sum.
+  static void sum_shards_of(detail::inproc_collective& state) {
+    if (state.type == element_type::float64) detail::sum_shards<double>(state.parts, state.count);
+    else detail::sum_shards<float>(state.parts, state.count);
   }
 
   // This member's part of an all-reduce (the world's lock held); parts of

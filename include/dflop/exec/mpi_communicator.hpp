@@ -58,6 +58,12 @@ public:
     bool is_receive = false;                //!< whether it is a receive
     bool done = false;                      //!< completed and checked
     const char* waits_for = "a message";    //!< what a wait on it waits for, as a watchdog timeout names it
+    //! A started reduce-scatter's second part: the common remainder's all-reduce.
+    MPI_Request remainder = MPI_REQUEST_NULL;
+    //! A started reduce-scatter's shard, moved from `shard_from` to `shard_to` on completion.
+    std::byte* shard_to = nullptr;
+    const std::byte* shard_from = nullptr;  //!< where the in-place reduce-scatter left the shard
+    std::size_t shard_bytes = 0;            //!< the shard's size
   };
   //! Host stages run on the calling thread.
   using resource_type = host_thread;
@@ -119,9 +125,14 @@ public:
     if (r.done) return true;
     int flag = 0;
     MPI_Status status;
+    if (r.remainder != MPI_REQUEST_NULL) {  // a started reduce-scatter: both parts, then the shard's move
+      detail::mpi_check(MPI_Test(&r.remainder, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+      if (!flag) return false;
+    }
     detail::mpi_check(MPI_Test(&r.handle, &flag, &status), "MPI_Test");
     if (!flag) return false;
     r.done = true;
+    if (r.shard_to != nullptr) std::memcpy(r.shard_to, r.shard_from, r.shard_bytes);  // [0, q) and the shard are apart
     if (r.is_receive) {
       int count = 0;
       MPI_Get_count(&status, MPI_BYTE, &count);
@@ -178,20 +189,44 @@ public:
   //! watchdog; the rest of `buffer` is unspecified. Throws `dflop::error` for a
   //! shard of more than 2^30 elements: split such a buffer.
   void reduce_scatter_sum(const gradient_buffer& buffer, host_thread = {}) {
-    if (size_ == 1 || buffer.count == 0) return;
-    const gradient_shard shard = shard_of(buffer.count, size_, rank_);
-    const std::size_t bytes = element_size(buffer.type);
-    if (const std::size_t q = checked_shard(shard, "reduce_scatter_sum"); q > 0) {
-      MPI_Request handle = MPI_REQUEST_NULL;
-      detail::mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buffer.data, static_cast<int>(q), mpi_type(buffer),
-                                                  MPI_SUM, comm_, &handle),
-                        "MPI_Ireduce_scatter_block");
-      poll_request(handle, "a reduce-scatter");
-      // In place, the member's sum lands at the buffer's start: move it to the shard.
-      auto* data = static_cast<std::byte*>(buffer.data);
-      if (shard.begin > 0) std::memcpy(data + shard.begin * bytes, data, q * bytes);  // [0, q) and [begin, end) are apart
+    request r = reduce_scatter_sum_start(buffer);
+    r.waits_for = "a reduce-scatter";
+    wait(r);
+  }
+  //! Starts `reduce_scatter_sum(buffer)` (MPI_Ireduce_scatter_block in place and
+  //! the remainder's MPI_Iallreduce) and returns at once; `wait` completes it and
+  //! moves the shard to its offset. Keep `buffer` untouched until then; every
+  //! member starts the same ones in the same order. Throws `dflop::error` for a
+  //! shard of more than 2^30 elements.
+  request reduce_scatter_sum_start(const gradient_buffer& buffer, host_thread = {}) {
+    request r;
+    r.waits_for = "a started gradient reduce-scatter";
+    if (size_ == 1 || buffer.count == 0) {
+      r.done = true;
+      return r;
     }
-    all_reduce_sum(remainder_of(buffer, shard));
+    const gradient_shard shard = shard_of(buffer.count, size_, rank_);
+    const std::size_t q = checked_shard(shard, "reduce_scatter_sum_start");
+    const gradient_buffer remainder = remainder_of(buffer, shard);  // fewer elements than members
+    auto* data = static_cast<std::byte*>(buffer.data);
+    if (q > 0) {
+      detail::mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, data, static_cast<int>(q), mpi_type(buffer), MPI_SUM,
+                                                  comm_, &r.handle),
+                        "MPI_Ireduce_scatter_block");
+      const std::size_t bytes = element_size(buffer.type);
+      if (shard.begin > 0) {  // in place, the member's sum lands at the buffer's start
+        r.shard_to = data + shard.begin * bytes;
+        r.shard_from = data;
+        r.shard_bytes = q * bytes;
+      }
+    }
+    if (remainder.count > 0) {
+      MPI_Request& target = r.handle == MPI_REQUEST_NULL ? r.handle : r.remainder;
+      detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, remainder.data, static_cast<int>(remainder.count),
+                                       mpi_type(buffer), MPI_SUM, comm_, &target),
+                        "MPI_Iallreduce");
+    }
+    return r;
   }
   //! Every member's shard of `buffer` (`shard_of`) copied to every member
   //! (MPI_Iallgather in place), polled against the watchdog; the remainder is

@@ -69,7 +69,8 @@ public:
                                        static_cast<int>(role_.replica)));
     tensor_parallel_.emplace(world.split(layout.rank_of(role_.module, role_.stage, role_.replica, 0),
                                          static_cast<int>(role_.tp_rank)));
-    shards_ = layout.degrees(role_.module).distributed_optimizer && data_parallel_->size() > 1;
+    reduction_ = detail::reduction_for<Communicator>(
+        stage_, layout.degrees(role_.module).distributed_optimizer && data_parallel_->size() > 1);
   }
 
   //! Runs one iteration of `schedule` (one chunk, `layout.positions()` ranks) on
@@ -98,12 +99,8 @@ public:
   //! parameters (`has_parameters`) and the communicator can (`shards_gradients`):
   //! the step then reduce-scattered the gradients, and the next step starts by
   //! gathering the parameters. Otherwise the whole buffers (one member).
-  [[nodiscard]] optimizer_shard optimizer_shard_of_stage() noexcept {
-    bool sharded = false;
-    detail::with_stage(stage_, [&](auto& stage) {
-      sharded = shards_ && detail::can_shard<Communicator, std::remove_cvref_t<decltype(stage)>>;
-    });
-    if (!sharded) return {};
+  [[nodiscard]] optimizer_shard optimizer_shard_of_stage() const noexcept {
+    if (reduction_ != detail::gradient_reduction::reduce_scatter) return {};
     return {data_parallel_->size(), data_parallel_->rank()};
   }
 
@@ -264,7 +261,7 @@ private:
     plan_receives(schedule, batch);
     // The distributed optimizer: each member updated its shard after the last
     // step; every member needs all of them before its first op.
-    (void)detail::gather_parameters(*data_parallel_, stage_, shards_);
+    detail::gather_parameters(*data_parallel_, stage_, reduction_);
     return this->run_ops(schedule, schedule.rank_ops[role_.position]);
   }
 
@@ -336,13 +333,11 @@ private:
   // Gradients over the (module, stage, TP rank) replicas; each LLM replica's last
   // stage counts its loss once, by TP rank 0.
   void sum_gradients() {
-    detail::sum_or_shard_gradients(*data_parallel_, stage_, shards_,
-                                   [&](const gradient_buffer& g) { return this->overlap_.started(g); });
+    detail::sum_gradients(*data_parallel_, stage_, reduction_,
+                          [&](const gradient_buffer& g) { return this->overlap_.started(g); });
   }
   [[nodiscard]] Communicator& gradient_group() noexcept { return *data_parallel_; }
-  // Under the distributed optimizer the step's end reduce-scatters every buffer:
-  // none is summed early (as the simulator prices a sharded stage).
-  [[nodiscard]] bool starts_gradient_sums() noexcept { return optimizer_shard_of_stage().members == 1; }
+  [[nodiscard]] detail::gradient_reduction reduction() const noexcept { return reduction_; }
   [[nodiscard]] bool holds_loss() const noexcept { return role_.position + 1 == positions_ && role_.tp_rank == 0; }
 
   world_layout layout_;
@@ -351,7 +346,9 @@ private:
   std::optional<Communicator> tensor_parallel_;
   rank_role role_;
   std::uint32_t tp_ = 1;
-  bool shards_ = false;  // the module's plan shards the optimizer over a group of 2 or more
+  // Reduce-scatter when the module's plan shards the optimizer over a group of 2
+  // or more and the stage and communicator can (`detail::reduction_for`).
+  detail::gradient_reduction reduction_ = detail::gradient_reduction::all_reduce;
   std::uint32_t encoder_stages_ = 0;
   std::uint32_t positions_ = 1;
   std::uint32_t encoders_ = 0;  // encoder replicas (0 without an encoder)

@@ -44,6 +44,14 @@ struct link {
   return (d - 1.0) / d * bytes / over.bandwidth + over.latency;
 }
 
+//! Seconds of one data-parallel gradient reduction of `bytes` over `participants`:
+//! a reduce-scatter under the distributed optimizer (`sharded`), else an all-reduce.
+[[nodiscard]] inline double gradient_reduction_seconds(double bytes, std::uint32_t participants, const link& over,
+                                                       bool sharded) noexcept {
+  return sharded ? ring_reduce_scatter_seconds(bytes, participants, over)
+                 : ring_allreduce_seconds(bytes, participants, over);
+}
+
 //! Costs of one pipeline replica, indexed [microbatch * stages + stage] with
 //! `stage` the model stage (with interleaving, chunk * ranks + rank). Times in any
 //! unit (seconds by convention). `weight` and `transfer` may be left empty (zeros).

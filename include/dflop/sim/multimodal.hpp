@@ -42,9 +42,10 @@ struct module_costs {
   link gradient_link;                  //!< link the all-reduce runs over
   //! The distributed optimizer, per stage: parameter bytes each replica gathers
   //! at the step's start (empty: the optimizer is not sharded). With it, a stage's
-  //! gradients are reduce-scattered once after every replica's last op (half an
-  //! all-reduce's traffic; no buckets) and each replica's first op waits for the
-  //! gather, as the multimodal executor runs stages that expose `parameters()`.
+  //! gradients are reduce-scattered instead of all-reduced (half the traffic; in
+  //! buckets as `multimodal_costs::gradient_bucket_bytes` says) and each
+  //! replica's first op waits for the gather, as the multimodal executor runs
+  //! stages that expose `parameters()`.
   std::vector<double> sharded_parameter_bytes;
 
   //! Index of (replica, microbatch, stage) for `microbatches` microbatches.
@@ -346,10 +347,10 @@ private:
     }
   }
 
-  // Each position's gradient all-reduce, and what each rank surely adds after
-  // its last op: one bucket's reduction when that op produces gradients (the
-  // last bucket is final when it ends; the shipped schedules all end so), else
-  // nothing.
+  // Each position's gradient reduction (an all-reduce or, sharded, a
+  // reduce-scatter, in buckets) and what each rank surely adds after its last
+  // op: one bucket's reduction when that op produces gradients (the last bucket
+  // is final when it ends; the shipped schedules all end so), else nothing.
   void model_syncs(const pipeline_schedule& schedule, const multimodal_costs& costs) {
     const std::uint32_t positions = costs.positions();
     position_sync_.resize(positions);
@@ -360,12 +361,10 @@ private:
       const std::uint32_t local = in_encoder ? p : p - costs.encoder.stages;
       const double bytes = module.gradient_bytes.empty() ? 0.0 : module.gradient_bytes[local];
       position_sync_[p] = {};
-      if (module.replicas > 1 && !module.sharded_parameter_bytes.empty()) {  // the distributed optimizer
+      const bool sharded = module.replicas > 1 && !module.sharded_parameter_bytes.empty();  // the distributed optimizer
+      if (sharded)
         gather_seconds_[p] =
             ring_reduce_scatter_seconds(module.sharded_parameter_bytes[local], module.replicas, module.gradient_link);
-        if (bytes > 0) position_sync_[p] = {1, ring_reduce_scatter_seconds(bytes, module.replicas, module.gradient_link)};
-        continue;
-      }
       if (bytes <= 0 || module.replicas <= 1) continue;
       const double buckets = costs.gradient_bucket_bytes > 0 ? std::ceil(bytes / costs.gradient_bucket_bytes) : 1.0;
       if (buckets > max_buckets)
@@ -374,7 +373,7 @@ private:
                     " gradient bytes into more than " + std::to_string(static_cast<int>(max_buckets)) + " buckets");
       position_sync_[p].buckets = static_cast<std::uint32_t>(buckets);
       position_sync_[p].bucket_seconds =
-          ring_allreduce_seconds(bytes / position_sync_[p].buckets, module.replicas, module.gradient_link);
+          gradient_reduction_seconds(bytes / buckets, module.replicas, module.gradient_link, sharded);
     }
     const op_kind producer = schedule.split_backward ? op_kind::weight : op_kind::backward;
     rank_sync_.resize(costs.ranks());

@@ -6,8 +6,10 @@
 //! data-parallel sum at once on a communicator that can (`starts_all_reduce`),
 //! so it runs while the stage computes the rest (an MPI sum moves on inside MPI
 //! calls: each later `gradients_ready` tests the sums started before), and
-//! waits for it at the step's end. Buffers never said final are summed at the end as before, and so is
-//! everything on a communicator that cannot start a sum without waiting.
+//! waits for it at the step's end. Under the distributed optimizer the started
+//! sum is a reduce-scatter (`starts_reduce_scatter`). Buffers never said final
+//! are summed at the end as before, and so is everything on a communicator that
+//! cannot start the sum without waiting.
 #pragma once
 
 #include <dflop/error.hpp>
@@ -21,15 +23,25 @@
 
 namespace dflop::detail {
 
+//! How a stage's gradients are summed over its data-parallel group: all-reduced,
+//! or reduce-scattered for the distributed optimizer (each member's shard).
+enum class gradient_reduction { all_reduce, reduce_scatter };
+
+//! Whether `Communicator` can start a `how` reduction and return at once.
+template <class Communicator>
+constexpr bool starts_reduction(gradient_reduction how) noexcept {
+  return how == gradient_reduction::all_reduce ? starts_all_reduce<Communicator>
+                                               : starts_reduce_scatter<Communicator>;
+}
+
 //! One rank's started gradient sums for one step over its data-parallel group.
 template <class Communicator>
 class gradient_overlap final : public gradient_sink {
 public:
-  //! A new step whose sums run over `group`; without `may_start` (the distributed
-  //! optimizer: the step's end reduce-scatters instead) nothing is started early.
-  void begin_step(Communicator& group, bool may_start = true) {
+  //! A new step whose sums run over `group` as `how` says.
+  void begin_step(Communicator& group, gradient_reduction how = gradient_reduction::all_reduce) {
     group_ = &group;
-    may_start_ = may_start;
+    how_ = how;
     started_.clear();
     said_.clear();
   }
@@ -41,15 +53,11 @@ public:
     for (const said& earlier : said_)
       if (overlaps(earlier.buffer, buffer))
         throw error("gradients_ready: a gradient buffer was said final twice in one step (or overlaps one that was)");
-    if constexpr (starts_all_reduce<Communicator>) {
-      if (!may_start_) {
-        said_.push_back({buffer, false});
-        return;
-      }
+    if (starts_reduction<Communicator>(how_)) {
       // Sums started earlier move on inside communicator calls (MPI progresses
       // them so): testing them here lets them run while the stage computes.
       for (auto& request : started_) (void)group_->test(request);
-      started_.push_back(group_->all_reduce_sum_start(buffer, group_->resource()));
+      started_.push_back(start(buffer));
     }
     said_.push_back({buffer, false});
   }
@@ -62,7 +70,7 @@ public:
       if (earlier.buffer.data == buffer.data && earlier.buffer.count == buffer.count &&
           earlier.buffer.type == buffer.type) {
         earlier.matched = true;
-        return starts_all_reduce<Communicator> && may_start_;
+        return starts_reduction<Communicator>(how_);
       }
       if (overlaps(earlier.buffer, buffer))
         throw error("gradients_ready: a buffer said final covers part of a gradients() buffer; say final exactly "
@@ -93,6 +101,15 @@ private:
     bool matched = false;  // found among the stage's gradients() at the step's end
   };
 
+  // Starts `buffer`'s reduction (only called where `starts_reduction` says it can).
+  typename Communicator::request start(const gradient_buffer& buffer) {
+    if constexpr (starts_reduce_scatter<Communicator>)
+      if (how_ == gradient_reduction::reduce_scatter) return group_->reduce_scatter_sum_start(buffer, group_->resource());
+    if constexpr (starts_all_reduce<Communicator>)
+      if (how_ == gradient_reduction::all_reduce) return group_->all_reduce_sum_start(buffer, group_->resource());
+    throw error("gradients_ready: this communicator cannot start the reduction");
+  }
+
   static bool overlaps(const gradient_buffer& a, const gradient_buffer& b) noexcept {
     const auto* a_begin = static_cast<const std::byte*>(a.data);
     const auto* b_begin = static_cast<const std::byte*>(b.data);
@@ -100,7 +117,7 @@ private:
   }
 
   Communicator* group_ = nullptr;
-  bool may_start_ = true;
+  gradient_reduction how_ = gradient_reduction::all_reduce;
   std::vector<typename Communicator::request> started_;
   std::vector<said> said_;
 };

@@ -18,7 +18,7 @@
 //! - `void forwarded(const pipeline_op&, pooled_buffer& output)`: send or hand over F's output;
 //! - `void backpropagated(const pipeline_op&, pooled_buffer& input_grad)`: likewise B's input gradient;
 //! - `Communicator& gradient_group()`: the data-parallel group its stages' gradients are summed over;
-//! - `bool starts_gradient_sums()`: whether buffers said final start their sums at once;
+//! - `gradient_reduction reduction()`: how the stage's gradients are summed (buffers said final start it at once);
 //! - `void sum_gradients()` and `bool holds_loss()`: the step's close (`sum_gradients`
 //!   skips the buffers whose sums `overlap_` started during the step).
 //!
@@ -129,7 +129,7 @@ protected:
     const std::uint32_t last = schedule.stages() - 1;
     pool_memory<Communicator> mem(pool_);
     mark_final_gradient_ops(schedule, ops);
-    overlap_.begin_step(self.gradient_group(), self.starts_gradient_sums());
+    overlap_.begin_step(self.gradient_group(), self.reduction());
     for (std::size_t i = 0; i < ops.size(); ++i) {
       result_.messages_received += receives_.post_until(i + options_.receive_lookahead, *world_, pool_, records_);
       if (!sends_.empty()) sends_.reap(*world_, false);

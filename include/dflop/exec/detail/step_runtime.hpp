@@ -7,6 +7,7 @@
 
 #include <dflop/error.hpp>
 #include <dflop/exec/communicator.hpp>
+#include <dflop/exec/detail/gradient_overlap.hpp>
 #include <dflop/exec/detail/stage_dispatch.hpp>
 #include <dflop/exec/failure.hpp>
 #include <dflop/exec/gradient_buffer.hpp>
@@ -50,20 +51,10 @@ void call_stage(int rank, Slot& slot, Context& ctx, bool run_weight_after_backwa
   }
 }
 
-//! Sums the gradients of the stage `slot` holds over `group` (in member order),
-//! except the buffers `already_started(buffer)` says have their sum under way.
-template <class Communicator, class Slot, class Started>
-void sum_gradients(Communicator& group, Slot& slot, Started&& already_started) {
-  with_stage(slot, [&](auto& stage) {
-    for_each_gradient(stage.gradients(), [&](const gradient_buffer& g) {
-      if (!already_started(g)) group.all_reduce_sum(g, group.resource());
-    });
-  });
-}
-
 //! `group.reduce_scatter_sum` / `group.all_gather` where the communicator has
-//! them; the unconstrained overloads are never reached (callers check
-//! `shards_gradients` first) and keep every executor compiling without them.
+//! them; the unconstrained overloads are never reached (callers derive
+//! `gradient_reduction::reduce_scatter` from `can_shard` first) and keep every
+//! executor compiling without them.
 template <class Communicator>
   requires shards_gradients<Communicator>
 void reduce_scatter(Communicator& group, const gradient_buffer& buffer) {
@@ -88,36 +79,41 @@ void gather(Communicator&, const gradient_buffer&) {
 template <class Communicator, class Stage>
 inline constexpr bool can_shard = shards_gradients<Communicator> && has_parameters<Stage>;
 
-//! Sums the gradients of the stage `slot` holds for the distributed optimizer:
-//! each buffer not already under way is reduce-scattered over `group` (this
-//! member's shard and the common remainder get the sum) when `shard` and
-//! `can_shard`; otherwise all-reduced, as `sum_gradients`.
+//! How the gradients of the stage `slot` holds are summed: reduce-scattered when
+//! the plan `shard`s its optimizer and `can_shard`, else all-reduced. The stage's
+//! type decides, so an executor derives it once.
+template <class Communicator, class Slot>
+gradient_reduction reduction_for(Slot& slot, bool shard) {
+  return with_stage(slot, [&](auto& stage) {
+    return shard && can_shard<Communicator, std::remove_cvref_t<decltype(stage)>> ? gradient_reduction::reduce_scatter
+                                                                                  : gradient_reduction::all_reduce;
+  });
+}
+
+//! Sums the gradients of the stage `slot` holds over `group` (in member order) as
+//! `how` says (reduce-scattered: this member's shard and the common remainder get
+//! the sum), except the buffers `already_started(buffer)` says have their sum under way.
 template <class Communicator, class Slot, class Started>
-void sum_or_shard_gradients(Communicator& group, Slot& slot, bool shard, Started&& already_started) {
+void sum_gradients(Communicator& group, Slot& slot, gradient_reduction how, Started&& already_started) {
   with_stage(slot, [&](auto& stage) {
-    const bool split = shard && can_shard<Communicator, std::remove_cvref_t<decltype(stage)>>;
     for_each_gradient(stage.gradients(), [&](const gradient_buffer& g) {
       if (already_started(g)) return;
-      if (split) reduce_scatter(group, g);
+      if (how == gradient_reduction::reduce_scatter) reduce_scatter(group, g);
       else group.all_reduce_sum(g, group.resource());
     });
   });
 }
 
 //! Gathers the parameters of the stage `slot` holds over `group` (each member's
-//! shard, updated by its optimizer, to every member), when `shard` and
-//! `can_shard`. Returns whether it did.
+//! shard, updated by its optimizer, to every member) when its gradients are
+//! reduce-scattered (`how`).
 template <class Communicator, class Slot>
-bool gather_parameters(Communicator& group, Slot& slot, bool shard) {
-  bool gathered = false;
+void gather_parameters(Communicator& group, Slot& slot, gradient_reduction how) {
+  if (how != gradient_reduction::reduce_scatter) return;
   with_stage(slot, [&](auto& stage) {
-    using stage_type = std::remove_cvref_t<decltype(stage)>;
-    if (!shard || !can_shard<Communicator, stage_type>) return;
-    if constexpr (has_parameters<stage_type>)
+    if constexpr (has_parameters<std::remove_cvref_t<decltype(stage)>>)
       for_each_gradient(stage.parameters(), [&](const gradient_buffer& p) { gather(group, p); });
-    gathered = true;
   });
-  return gathered;
 }
 
 //! The step's clock: seconds since its start, and op times when asked for.
