@@ -184,7 +184,9 @@ TEST_CASE("bad planner inputs are rejected with the parameter that was wrong", "
   CHECK_THROWS_WITH(planner.make_plan(few), Catch::Contains("10 samples cannot fill a global batch of 32"));
 }
 
-TEST_CASE("memory savers are turned on only where a configuration does not fit without them", "[plan]") {
+TEST_CASE("recomputation is turned on only where a configuration does not fit without it; the distributed "
+          "optimizer wherever a module has replicas",
+          "[plan]") {
   const auto model = dflop::test::small_model();
   const auto workload = dflop::test::small_workload();
   const auto options = small_options();
@@ -220,6 +222,13 @@ TEST_CASE("memory savers are turned on only where a configuration does not fit w
   const bool saves = chosen.encoder.recompute || chosen.llm.recompute || chosen.encoder.distributed_optimizer ||
                      chosen.llm.distributed_optimizer;
   CHECK(saves);
+  // The distributed optimizer is on exactly where a module has replicas: it holds less and runs faster.
+  CHECK(chosen.encoder.distributed_optimizer == (chosen.encoder.dp > 1));
+  CHECK(chosen.llm.distributed_optimizer == (chosen.llm.dp > 1));
+  for (const parallel_config& variant : with.memory_variants(dflop::without_memory_savers(chosen))) {
+    CHECK(variant.encoder.distributed_optimizer == (variant.encoder.dp > 1));
+    CHECK(variant.llm.distributed_optimizer == (variant.llm.dp > 1));
+  }
   CHECK(result.chosen.encoder.degrees == chosen.encoder);
   CHECK(result.chosen.llm.degrees == chosen.llm);
   for (const auto& stage : result.memory)

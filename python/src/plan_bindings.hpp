@@ -266,7 +266,7 @@ inline void add_plan_bindings(py::module_& module) {
       },
       py::arg("workload"), py::arg("model"), py::arg("cluster"), py::kw_only(), py::arg("global_batch") = 512,
       py::arg("batches") = 4, py::arg("seed") = 0, py::arg("schedule") = "auto", py::arg("threads") = 0,
-      py::arg("exclude_unfittable") = false, py::arg("gradient_bucket_mb") = 0.0,
+      py::arg("exclude_unfittable") = false, py::arg("gradient_bucket_mb") = batch_options{}.gradient_bucket_bytes / (1024.0 * 1024.0),
       py::arg("whole_stage_recompute") = false, py::arg("planned_recompute") = false,
       "Chooses the 3D parallel configuration for a workload, model and cluster, as `dflop plan` does with the "
       "same --global-batch, --batches, --seed, --schedule, --gradient-bucket-mb (gradient_bucket_mb > 0: "

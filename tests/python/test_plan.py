@@ -48,8 +48,10 @@ def test_gradient_buckets_plan_as_the_cli_does(cli_json, small_trace):
     _, samples = small_trace
     plan = planned_as_the_cli(cli_json, small_trace, ["--gradient-bucket-mb", 25], gradient_bucket_mb=25)
     assert plan.to_dict()["batch"]["gradient_bucket_bytes"] == 25 * 1024 * 1024
-    unbucketed = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2)
-    assert "gradient_bucket_bytes" not in unbucketed.to_dict()["batch"]
+    default = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2)
+    assert default.to_dict()["batch"]["gradient_bucket_bytes"] == 25 * 1024 * 1024  # the default, as the CLI's
+    unbucketed = planned_as_the_cli(cli_json, small_trace, ["--gradient-bucket-mb", 0], gradient_bucket_mb=0)
+    assert unbucketed.to_dict()["batch"]["gradient_bucket_bytes"] == 0
     with pytest.raises(dflop.InputError, match="gradient_bucket_mb: must be a finite number of MiB >= 0"):
         dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, gradient_bucket_mb=-1)
 

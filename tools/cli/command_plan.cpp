@@ -38,7 +38,7 @@ struct plan_command_options {
   std::string gpu = "h100-80gb";
   int global_batch = 512;
   std::string schedule = "auto";
-  double gradient_bucket_mib = 0;  // 0: one all-reduce per stage after its last op
+  double gradient_bucket_mib = dflop::batch_options{}.gradient_bucket_bytes / (1024.0 * 1024.0);  // 0: one reduction per stage after its last op
   bool whole_stage_recompute = false;  // recompute all of a stage's layers or none
   bool planned_recompute = false;      // every batch recomputes the plan's count (no per-batch counts)
   int batches = 4;
@@ -163,8 +163,8 @@ void add_plan_flags(CLI::App& command, plan_command_options& options) {
   command.add_option("--schedule", options.schedule,
                      "auto (the planner chooses among 1f1b and zb-h1), gpipe, 1f1b or zb-h1")->capture_default_str();
   command.add_option("--gradient-bucket-mb", options.gradient_bucket_mib,
-                     "predict the gradient all-reduce overlapped with each stage's last backward, in buckets of this "
-                     "many MiB, as the executors run it for stages that call gradients_ready (0: one all-reduce after "
+                     "predict the gradient reduction overlapped with each stage's last backward, in buckets of this "
+                     "many MiB, as the executors run it for stages that call gradients_ready (0: one reduction after "
                      "the last op)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

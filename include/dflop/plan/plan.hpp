@@ -211,7 +211,7 @@ inline std::ostream& operator<<(std::ostream& out, const plan& result) {
   out << "llm:     " << result.chosen.llm << "\n";
   out << "microbatches per replica: " << result.chosen.config.microbatches << "\n";
   if (result.batch.gradient_bucket_bytes > 0)
-    out << "gradient all-reduce: overlapped with each stage's last backward, buckets of "
+    out << "gradient reduction: overlapped with each stage's last backward, buckets of "
         << detail::format_fixed(result.batch.gradient_bucket_bytes / (1024.0 * 1024.0), 1) << " MiB\n";
   out << "predicted iteration: " << detail::format_fixed(result.chosen.iteration_seconds, 3) << " s ("
       << detail::format_fixed(result.samples_per_second(), 1) << " samples/s, "

@@ -56,8 +56,8 @@ inline constexpr int plan_file_version = 1;
 }
 
 //! Per-batch options: {"assignment", "order", "order_budget", "seed",
-//! "weight_gradient_share", "memory_budget_bytes"}, "gradient_bucket_bytes"
-//! when set (plans without overlapped reduction read and print as before), and
+//! "weight_gradient_share", "memory_budget_bytes", "gradient_bucket_bytes"}
+//! (plan files without the last read as 0, what they meant when written), and
 //! "recompute_per_batch" / "recompute_per_microbatch": false when off.
 [[nodiscard]] inline nlohmann::ordered_json to_json(const batch_options& options) {
   nlohmann::ordered_json out{{"assignment", std::string(to_string(options.assignment))},
@@ -65,8 +65,8 @@ inline constexpr int plan_file_version = 1;
                              {"order_budget", options.order_budget},
                              {"seed", options.seed},
                              {"weight_gradient_share", options.weight_gradient_share},
-                             {"memory_budget_bytes", options.memory_budget_bytes}};
-  if (options.gradient_bucket_bytes > 0) out["gradient_bucket_bytes"] = options.gradient_bucket_bytes;
+                             {"memory_budget_bytes", options.memory_budget_bytes},
+                             {"gradient_bucket_bytes", options.gradient_bucket_bytes}};
   if (!options.recompute_per_batch) out["recompute_per_batch"] = false;
   if (!options.recompute_per_microbatch) out["recompute_per_microbatch"] = false;
   return out;

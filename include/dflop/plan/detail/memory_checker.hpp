@@ -93,20 +93,22 @@ public:
     return worst;
   }
 
-  //! The memory savers the search tries on `base` when it does not fit as it
-  //! is, cheapest first; the first variant whose tail microbatches fit is the one
-  //! scored. In order: `base`; the distributed optimizer (free in compute, and
-  //! faster: its reduce-scatter + all-gather replaces the all-reduce, the gather
-  //! before each rank's first op); then activation
-  //! recomputation (one more forward) of the encoder, of the LLM, of both.
-  //! Only a memory model that prices `memory_choices` gets more than `base`.
+  //! The variants of `base` the search tries, fastest first; the first whose
+  //! tail microbatches fit is the one scored. In order: `base` with the
+  //! distributed optimizer on every module with replicas (it holds less and is
+  //! faster: its reduce-scatter moves half an all-reduce's bytes, in buckets
+  //! under the last B like the all-reduce, and the other half, the parameter
+  //! gather, runs before each rank's first op, which waits for its inputs
+  //! anyway), then activation recomputation (one more forward) of the encoder,
+  //! of the LLM, of both. Only a memory model that prices `memory_choices` gets
+  //! more than `base` as it is.
   [[nodiscard]] std::vector<parallel_config> memory_variants(const parallel_config& base) const {
     std::vector<parallel_config> variants{base};
     if constexpr (memory_model_with_choices<Memory>) {
       parallel_config sharded = base;
       sharded.encoder.distributed_optimizer = base.encoder.dp > 1;
       sharded.llm.distributed_optimizer = base.llm.dp > 1;
-      if (!(sharded == base)) variants.push_back(sharded);
+      variants.front() = sharded;
       for (const auto& [encoder, llm] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
         parallel_config saver = sharded;
         saver.encoder.recompute = encoder;

@@ -109,9 +109,10 @@ template <class Read>
                 "is a fraction of the backward, so at most 1, got " + json_number_text(options.weight_gradient_share));
   // Optional: plan files written before the memory cap have none (no cap).
   if (fields.has("memory_budget_bytes")) options.memory_budget_bytes = fields.integer_in("memory_budget_bytes", 0);
-  // Optional: absent means one all-reduce after the last op.
-  if (fields.has("gradient_bucket_bytes"))
-    options.gradient_bucket_bytes = fields.number_at_least("gradient_bucket_bytes", 0);
+  // Optional: plan files written before buckets had a default have none, which
+  // meant one reduction after the last op.
+  options.gradient_bucket_bytes =
+      fields.has("gradient_bucket_bytes") ? fields.number_at_least("gradient_bucket_bytes", 0) : 0.0;
   // Optional: absent means on (the default); a plan file says it only when off.
   if (fields.has("recompute_per_batch")) options.recompute_per_batch = fields.boolean("recompute_per_batch");
   if (fields.has("recompute_per_microbatch"))
