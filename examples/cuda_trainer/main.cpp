@@ -67,7 +67,8 @@ void print_steps(const cli_options& o, const trainer::trainer_inputs& inputs, co
                                   {"loss", s.loss},
                                   {"gradient_norm", s.gradient_norm},
                                   {"seconds", s.seconds},
-                                  {"messages", s.messages}}
+                                  {"messages", s.messages},
+                                  {"optimizer_members", s.optimizer_members}}
                        .dump()
                 << "\n";
     else

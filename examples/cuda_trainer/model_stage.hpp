@@ -18,7 +18,11 @@
 //! - Per-microbatch row tables (which sample and row each activation row is) are
 //!   built on the host and copied into scratch memory on the stream.
 //! After every step call `finish_step` (reads the loss once, waiting for the
-//! stream) and then `update` (SGD, zeroes the gradients).
+//! stream) and then `update` (SGD, zeroes the gradients), both with the
+//! runner's `optimizer_shard_of_stage()`: under the distributed optimizer
+//! (`parameters()` mirrors the gradient buckets) each replica holds the sum of
+//! its shard of each bucket only, counts only that in the gradient norm and
+//! steps only that; the executor gathers the parameters at the next step's start.
 //!
 //! Tensor parallelism: every rank of a TP group computes the whole stage (the
 //! executor hands each the same inputs); a real stage would split its matrices
@@ -33,6 +37,7 @@
 #include <dflop/exec/plan_runner.hpp>
 #include <dflop/exec/stage.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -44,8 +49,11 @@ namespace dflop::cuda_trainer {
 
 //! What `finish_step` reads back: this rank's share of the step's figures.
 struct stage_figures {
-  double loss = 0;               //!< the loss of the step's microbatches (LLM last stage, TP rank 0; else 0)
-  double gradient_squares = 0;   //!< sum of squared (summed) gradients (replica 0, TP rank 0 of each stage; else 0)
+  double loss = 0;  //!< the loss of the step's microbatches (LLM last stage, TP rank 0; else 0)
+  //! Sum of squared (summed) gradients, each counted once over the world: TP
+  //! rank 0 of replica 0 of each stage, or, sharded, of every replica over its
+  //! shards (the common remainders by member 0); else 0.
+  double gradient_squares = 0;
 };
 
 //! A stage of the trainer's model over `Backend` (see the file comment). The
@@ -65,9 +73,12 @@ public:
       : assignment_(assignment), options_(options), backend_(std::move(backend)),
         layers_(static_cast<std::size_t>(assignment.end_layer - assignment.first_layer)),
         parameters_(initial_parameters(assignment, options.hidden)),
-        gradients_(std::vector<double>(std::max<std::size_t>(1, parameters_.size()), 0.0)),
+        gradients_(std::vector<double>(parameters_.size(), 0.0)),
         loss_(std::vector<double>(1, 0.0)),
-        squares_(std::vector<double>(squares_chunks() + 1, 0.0)) {
+        // Partial sums of squares: one per chunk of each range summed (each of
+        // at most one bucket per layer has a shard and a remainder, each starting
+        // a chunk), then their total.
+        squares_(std::vector<double>(squares_chunks() + 2 * std::max<std::size_t>(1, layers_) + 1, 0.0)) {
     if (options.hidden == 0 || options.tokens_per_row <= 0)
       throw input_error("model", 0, "hidden and tokens_per_row must be positive");
     // B finishes layer l's gradient [l P, (l + 1) P), last layer first. The buffers
@@ -76,7 +87,10 @@ public:
     const std::size_t per_layer = layer_parameters(hidden());
     for (std::size_t l = layers_; l-- > 0;) units.push_back({l * per_layer, (l + 1) * per_layer});
     buckets_ = gradient_buckets(gradient_buffer::of(std::span<double>(gradients_.data(), gradients_.size())), units,
-                                parameters_.empty() ? 0.0 : gradient_bucket_bytes);
+                                layers_ == 0 ? 0.0 : gradient_bucket_bytes);
+    for (const gradient_buffer& bucket : buckets_.buffers())
+      parameter_buckets_.push_back(
+          gradient_buffer::of(std::span<double>(parameters_.data() + offset_of(bucket), bucket.count)));
   }
 
   //! Input activation bytes: the previous stage's rows (the hand-off: encoder rows; none on position 0).
@@ -174,18 +188,26 @@ public:
   //! The stage's weight gradients (device memory with the CUDA backend) as its
   //! buckets, summed over its data-parallel group by the executor.
   [[nodiscard]] std::span<const gradient_buffer> gradients() const noexcept { return buckets_.buffers(); }
+  //! The parameters in the same buckets, one for one (`has_parameters`: the
+  //! distributed optimizer gathers each bucket's shards over the replicas).
+  [[nodiscard]] std::span<const gradient_buffer> parameters() const noexcept { return parameter_buckets_; }
 
   //! After a step: waits for `resource`, returns this rank's share of the loss
-  //! and of the squared gradient norm (each counted once over the world), and
-  //! clears the loss. Call before `update`.
-  [[nodiscard]] stage_figures finish_step(resource_type resource) {
+  //! and of the squared gradient norm (each counted once over the world: see
+  //! `stage_figures`), and clears the loss. `shard`: the runner's
+  //! `optimizer_shard_of_stage()`. Call before `update`.
+  [[nodiscard]] stage_figures finish_step(resource_type resource, optimizer_shard shard = {}) {
     stage_figures out;
-    if (assignment_.role.replica == 0 && assignment_.role.tp_rank == 0 && !parameters_.empty()) {
-      const std::size_t chunks = squares_chunks();
-      double* total = squares_.data() + chunks;
+    if (assignment_.role.tp_rank == 0 && (shard.members > 1 || assignment_.role.replica == 0)) {
+      std::size_t slots = 0;  // partial sums written
+      for_each_owned_range(shard, true, [&](std::size_t begin, std::size_t count) {
+        const std::size_t chunks = (count + chunk - 1) / chunk;
+        backend_.launch(resource, chunks, square_sums{gradients_.data() + begin, count, chunk, squares_.data() + slots});
+        slots += chunks;
+      });
+      double* total = squares_.data() + slots;
       backend_.zero(total, 1, resource);
-      backend_.launch(resource, chunks, square_sums{gradients_.data(), parameters_.size(), chunk, squares_.data()});
-      backend_.launch(resource, 1, accumulate{squares_.data(), chunks, total});
+      backend_.launch(resource, 1, accumulate{squares_.data(), slots, total});
       out.gradient_squares = backend_.read(total, resource);
     }
     out.loss = backend_.read(loss_.data(), resource);  // waits for the stream: the step's work is done
@@ -195,10 +217,15 @@ public:
     return out;
   }
 
-  //! SGD on the summed gradients (rate 0: none), then zeroes them for the next step.
-  void update(resource_type resource, double rate) {
-    if (parameters_.empty()) return;
-    backend_.launch(resource, parameters_.size(), sgd_step{parameters_.data(), gradients_.data(), rate});
+  //! SGD on the summed gradients (rate 0: none): all of them, or under the
+  //! distributed optimizer (`shard`, the runner's `optimizer_shard_of_stage()`)
+  //! this member's shard and the common remainder of each bucket; then zeroes
+  //! every gradient for the next step.
+  void update(resource_type resource, double rate, optimizer_shard shard = {}) {
+    for_each_owned_range(shard, false, [&](std::size_t begin, std::size_t count) {
+      backend_.launch(resource, count, sgd_step{parameters_.data() + begin, gradients_.data() + begin, rate});
+    });
+    backend_.zero(gradients_.data(), gradients_.size(), resource);
   }
 
   //! What this stage is.
@@ -209,13 +236,35 @@ public:
 private:
   static constexpr std::size_t chunk = 1024;  // gradient values per partial sum of squares
 
+  // The stage's layers' parameters; a stage without layers holds one unused
+  // value, so it still joins its group's sums and gathers.
   static std::vector<double> initial_parameters(const stage_assignment& a, std::uint32_t hidden) {
     std::vector<double> values;
     for (std::int64_t l = a.first_layer; l < a.end_layer; ++l) {
       const auto layer = initial_layer(a.role.module, l, hidden);
       values.insert(values.end(), layer.begin(), layer.end());
     }
+    if (values.empty()) values.push_back(0.0);
     return values;
+  }
+
+  // Where `bucket` starts in `gradients_` (elements).
+  [[nodiscard]] std::size_t offset_of(const gradient_buffer& bucket) const noexcept {
+    return static_cast<std::size_t>(static_cast<const double*>(bucket.data) - gradients_.data());
+  }
+  // Calls f(begin, count) for each non-empty range of the gradients this rank
+  // updates (and, `counting`, counts in the norm): everything with one member;
+  // else each bucket's shard, and its common remainder (held by every member:
+  // updated by each, counted by member 0 only).
+  template <class F>
+  void for_each_owned_range(optimizer_shard shard, bool counting, F&& f) const {
+    for (const gradient_buffer& bucket : buckets_.buffers()) {
+      const gradient_shard part = shard.of(bucket.count);
+      const std::size_t first = offset_of(bucket);
+      if (part.end > part.begin) f(first + part.begin, part.end - part.begin);
+      if (part.count > part.common_begin && (!counting || shard.member == 0))
+        f(first + part.common_begin, part.count - part.common_begin);
+    }
   }
 
   [[nodiscard]] std::uint32_t hidden() const noexcept { return options_.hidden; }
@@ -280,11 +329,12 @@ private:
   model_options options_;
   Backend backend_;
   std::size_t layers_;
-  typename Backend::array parameters_;  // layers_ x (W, b)
-  typename Backend::array gradients_;   // the same shape (at least one value: every stage joins the sums)
+  typename Backend::array parameters_;  // layers_ x (W, b) (at least one value: every stage joins the sums)
+  typename Backend::array gradients_;   // the same shape
   typename Backend::array loss_;        // the step's loss so far (LLM last stage)
   typename Backend::array squares_;     // partial sums of squared gradients, then their total
   gradient_buckets buckets_;            // `gradients_` as the executor sums it
+  std::vector<gradient_buffer> parameter_buckets_;  // `parameters_` in the same buckets
   std::vector<row_info> rows_;          // host staging of the row tables
   std::vector<handoff_source> sources_;
 };

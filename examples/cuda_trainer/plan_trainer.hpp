@@ -48,6 +48,9 @@ struct step_report {
   double seconds = 0;        //!< the executor's step (wall time on this rank)
   std::size_t messages = 0;  //!< messages this rank sent
   std::size_t overlapped_sums = 0;  //!< gradient buckets this rank's last B started summing (`step_result`)
+  //! Members this rank's optimizer shares its stage's parameters with (the
+  //! distributed optimizer: its data-parallel group; 1: it updates all of them).
+  int optimizer_members = 1;
 };
 
 //! The runner type: the plan's named schedule, one stage type for both modules.
@@ -69,15 +72,17 @@ std::vector<step_report> train_rank(Communicator& world, const trainer_inputs& i
   std::vector<step_report> reports;
   for (std::size_t k = 0; k < inputs.scheduled.size(); ++k) {
     const step_result result = run.step(inputs.scheduled[k], inputs.batches[k]);
-    const stage_figures figures = run.stage().finish_step(world.resource());
+    const optimizer_shard shard = run.optimizer_shard_of_stage();
+    const stage_figures figures = run.stage().finish_step(world.resource(), shard);
     step_report report;
     report.loss = world.all_reduce_value(figures.loss);
     report.gradient_norm = std::sqrt(world.all_reduce_value(figures.gradient_squares));
     report.seconds = result.seconds;
     report.messages = result.messages_sent;
     report.overlapped_sums = result.gradient_sums_overlapped;
+    report.optimizer_members = shard.members;
     const double norm = report.gradient_norm;  // the same on every rank: every stage takes the same step
-    run.stage().update(world.resource(), norm > 0 ? options.learning_rate / norm : 0.0);
+    run.stage().update(world.resource(), norm > 0 ? options.learning_rate / norm : 0.0, shard);
     reports.push_back(report);
   }
   return reports;

@@ -199,6 +199,41 @@ TEST_CASE("cuda trainer: with the plan's gradient buckets the last B starts each
   CHECK(overlapped == 2 * expected);
 }
 
+TEST_CASE("cuda trainer: the distributed optimizer steps each replica's shard and trains as the whole update does",
+          "[cuda_trainer]") {
+  // Two replicas of each module; sharded, each rank's norm counts its shard of
+  // each bucket (the remainders once) and SGD steps only that, then the next step
+  // gathers the parameters: every step's loss and gradient norm are the
+  // unsharded run's, without buckets and with 16 KiB ones (whose reduce-scatters
+  // start inside the last B).
+  input_options io;
+  io.steps = 3;
+  io.seed = 5;
+  const run_options options = small_model();
+  const plan whole = test::with_configuration(builtin(), {2, 1, 2}, {1, 2, 2}, 4);
+  const plan sharded = test::with_configuration(builtin(), {2, 1, 2, false, true}, {1, 2, 2, false, true}, 4);
+  for (const double bucket : {0.0, 16.0 * 1024}) {
+    plan plain_plan = whole, sharded_plan = sharded;
+    plain_plan.batch.gradient_bucket_bytes = sharded_plan.batch.gradient_bucket_bytes = bucket;
+    const auto plain = run_on_host(schedule_steps(plain_plan, workload(), io), options);
+    const auto shards = run_on_host(schedule_steps(sharded_plan, workload(), io), options);
+    REQUIRE(plain.size() == shards.size());
+    INFO("bucket " << bucket);
+    std::size_t started = 0;
+    for (std::size_t r = 0; r < plain.size(); ++r) {
+      REQUIRE(shards[r].size() == 3);
+      for (std::size_t k = 0; k < 3; ++k) {
+        CHECK(shards[r][k].loss == Approx(plain[r][k].loss).epsilon(1e-12));
+        CHECK(shards[r][k].gradient_norm == Approx(plain[r][k].gradient_norm).epsilon(1e-12));
+        CHECK(plain[r][k].optimizer_members == 1);
+        CHECK(shards[r][k].optimizer_members == 2);
+        started += shards[r][k].overlapped_sums;
+      }
+    }
+    CHECK((started > 0) == (bucket > 0));
+  }
+}
+
 TEST_CASE("cuda trainer: CUDA stages on one GPU's streams run every method of a plan to the host loss",
           "[cuda_trainer][gpu]") {
   run_options options;  // the trainer's defaults: 64-wide rows
