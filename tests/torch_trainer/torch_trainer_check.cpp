@@ -140,6 +140,16 @@ command with_fixed_plan(const command& cmd, const std::string& plan_path, bool s
                {"layers", nlohmann::json::array({nlohmann::json::array({0, layers})})}};
   }
   plan["config"]["microbatches"] = 4;
+  // One memory entry per stage of the fixed configuration: each module's first
+  // stage's (the planner may have chosen more stages).
+  nlohmann::json memory = nlohmann::json::array();
+  for (const char* module : {"encoder", "llm"})
+    for (const auto& entry : plan["memory_gib"])
+      if (entry["module"] == module && entry["stage"] == 0) {
+        memory.push_back(entry);
+        break;
+      }
+  plan["memory_gib"] = memory;
   std::ofstream(plan_path) << plan.dump(2);
   command run = cmd;
   run.insert(run.end(), {"--plan", plan_path, "--steps", std::to_string(steps)});
