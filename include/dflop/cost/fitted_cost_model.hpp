@@ -34,8 +34,10 @@ inline std::ostream& operator<<(std::ostream& out, const fitted_curve& curve) {
              << ", forward=" << curve.forward << ", backward=" << curve.backward << "}";
 }
 
-//! Fits one profiled curve. Weights are 1/y^2 (relative error) when every time is
-//! positive, else 1. \throws input_error naming the curve's first line when it has
+//! Fits one profiled curve, never bending down (`fit_nondecreasing_quadratic`:
+//! the planner prices sizes far past a small profile's, where a free fit's
+//! negative curvature would price the work at 0). Weights are 1/y^2 (relative
+//! error) when every time is positive, else 1. \throws input_error naming the curve's first line when it has
 //! fewer than 3 distinct sizes.
 [[nodiscard]] inline fitted_curve fit_profile_curve(const profile_curve& measured) {
   if (measured.points.size() < 3)
@@ -49,7 +51,7 @@ inline std::ostream& operator<<(std::ostream& out, const fitted_curve& curve) {
                                       [&](const profile_point& p) { return value(p) > 0; });
     for (const auto& p : measured.points)
       points.push_back({p.size, value(p), relative ? 1.0 / (value(p) * value(p)) : 1.0});
-    return fit_quadratic(points);
+    return fit_nondecreasing_quadratic(points);
   };
   return {measured.piece, measured.tp, measured.size,
           fit([](const profile_point& p) { return p.forward_seconds; }),
@@ -62,7 +64,8 @@ inline std::ostream& operator<<(std::ostream& out, const fitted_curve& curve) {
 //! samples' attention rather than the square of the packed length. Encoder curves
 //! were measured on whole items, whose attention is already linear in the size, so
 //! they are plain `a + b n + c n^2` in the microbatch's tokens or items. An empty
-//! microbatch costs 0; negative values (a fit extended too far) read as 0. Missing
+//! microbatch costs 0; a negative value (small sizes under a fit's negative
+//! constant; fits never bend down) reads as 0. Missing
 //! parts and TP degrees behave as in `table_cost_model`.
 class fitted_cost_model {
 public:
