@@ -105,16 +105,30 @@ void run_plan(const plan_command_options& options) {
   const auto layout = planner.layout_of(result.chosen);
   const auto simulated = dflop::multimodal_simulator{}.simulate(layout.schedule, scheduled.costs, scheduled.slot_order);
   const auto line = dflop::make_timeline(layout.schedule, scheduled.costs, simulated, scheduled.slot_order);
-  const auto shares = dflop::breakdown_of(
-      line,
-      dflop::gpus_per_rank(scheduled.costs, result.chosen.config.encoder.tp, result.chosen.config.llm.tp),
-      static_cast<double>(cluster.gpus));
+  const auto gpus_of_rank =
+      dflop::gpus_per_rank(scheduled.costs, result.chosen.config.encoder.tp, result.chosen.config.llm.tp);
+  const auto shares = dflop::breakdown_of(line, gpus_of_rank, static_cast<double>(cluster.gpus));
+  const auto modules = dflop::breakdown_by_module(line, gpus_of_rank, scheduled.costs);
   if (options.json) {
     nlohmann::json out = dflop::to_json(result);
     out["time_breakdown"] = {{"iteration_seconds", simulated.makespan},
                              {"ops", shares.ops},
                              {"gradient_sync", shares.gradient_sync},
-                             {"idle", shares.idle}};
+                             {"idle", shares.idle},
+                             {"idle_before_first_op", shares.idle_before_first_op},
+                             {"idle_between_ops", shares.idle_between_ops},
+                             {"idle_after_last_op", shares.idle_after_last_op},
+                             {"unused_gpus", shares.unused_gpus}};
+    const auto module_json = [](const dflop::time_breakdown& b) {
+      return nlohmann::json{{"ops", b.ops},
+                            {"gradient_sync", b.gradient_sync},
+                            {"idle", b.idle},
+                            {"idle_before_first_op", b.idle_before_first_op},
+                            {"idle_between_ops", b.idle_between_ops},
+                            {"idle_after_last_op", b.idle_after_last_op}};
+    };
+    if (modules.encoder) out["time_breakdown"]["encoder_ranks"] = module_json(*modules.encoder);
+    out["time_breakdown"]["llm_ranks"] = module_json(modules.llm);
     std::cout << out.dump(2) << "\n";
   } else {
     std::cout << result;
@@ -124,8 +138,19 @@ void run_plan(const plan_command_options& options) {
               << percent(result.ideal_seconds / simulated.makespan)
               << "; the rest TP communication, recomputation, work below the best efficiency), gradient sync "
                  "outside ops "
-              << percent(shares.gradient_sync) << ", idle " << percent(shares.idle)
-              << " (bubbles, waits between the modules, unused GPUs)\n";
+              << percent(shares.gradient_sync) << ", idle " << percent(shares.idle) << ": before a rank's first op "
+              << percent(shares.idle_before_first_op) << " (pipeline fill, waits for the encoder), between its ops "
+              << percent(shares.idle_between_ops) << " (bubbles, waits between the modules), after its last op "
+              << percent(shares.idle_after_last_op) << " (drain, replicas done early), unused GPUs "
+              << percent(shares.unused_gpus) << "\n";
+    const auto module_line = [&](const char* name, const dflop::time_breakdown& b) {
+      std::cout << "  " << name << " ranks, of their own GPU time: ops " << percent(b.ops) << ", gradient sync "
+                << percent(b.gradient_sync) << ", idle " << percent(b.idle) << " (before the first op "
+                << percent(b.idle_before_first_op) << ", between ops " << percent(b.idle_between_ops)
+                << ", after the last " << percent(b.idle_after_last_op) << ")\n";
+    };
+    if (modules.encoder) module_line("encoder", *modules.encoder);
+    module_line("LLM", modules.llm);
   }
   if (!options.save.empty()) {
     dflop::write_plan(options.save, result);
