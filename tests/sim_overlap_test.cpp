@@ -227,3 +227,33 @@ TEST_CASE("the distributed optimizer: a gather before each replica's first op, r
               Approx(m * (f + b + (replicas - 1) * skew) + whole).epsilon(1e-12));
       }
 }
+
+TEST_CASE("a module's gradient reduction and parameter gather per stage: closed forms", "[sim]") {
+  module_costs module;
+  module.stages = 2;
+  module.replicas = 4;
+  module.gradient_bytes = {100e6, 0};
+  module.gradient_link = {2e9, 1e-5};
+  // 100 MB in 25 MB buckets: 4 ring all-reduces of 25 MB over 4 replicas.
+  const auto bucketed = module.gradient_reduction(0, 25e6);
+  CHECK(bucketed.buckets == 4);
+  CHECK(bucketed.bucket_seconds == Approx(2.0 * 3 / 4 * 25e6 / 2e9 + 1e-5));
+  // 30 MB buckets: ceil(100 / 30) = 4 buckets of 25 MB each; 0: one of 100 MB.
+  CHECK(module.gradient_reduction(0, 30e6).buckets == 4);
+  CHECK(module.gradient_reduction(0, 0).buckets == 1);
+  CHECK(module.gradient_reduction(0, 0).bucket_seconds == Approx(2.0 * 3 / 4 * 100e6 / 2e9 + 1e-5));
+  // No bytes, or one replica: nothing to reduce.
+  CHECK(module.gradient_reduction(1, 25e6).buckets == 0);
+  CHECK(module.parameter_gather_seconds(0) == 0);
+  CHECK_FALSE(module.sharded_optimizer());
+  // The distributed optimizer: reduce-scatters (half the traffic), and a gather of the parameters.
+  module.sharded_parameter_bytes = {50e6, 10e6};
+  CHECK(module.sharded_optimizer());
+  CHECK(module.gradient_reduction(0, 25e6).bucket_seconds == Approx(3.0 / 4 * 25e6 / 2e9 + 1e-5));
+  CHECK(module.parameter_gather_seconds(1) == Approx(3.0 / 4 * 10e6 / 2e9 + 1e-5));
+  CHECK_THROWS_WITH(module.gradient_reduction(0, 1e-3), Catch::Contains("more than 1000000 buckets"));
+  module.replicas = 1;
+  CHECK_FALSE(module.sharded_optimizer());
+  CHECK(module.gradient_reduction(0, 25e6).buckets == 0);
+  CHECK(module.parameter_gather_seconds(0) == 0);
+}

@@ -89,15 +89,10 @@ public:
     calls_ = 0;
     final_started_ = final_ended_ = {};
     gathered_ = false;
-    const double bytes = costs.gradient_bytes.empty() ? 0.0 : costs.gradient_bytes[stage];
-    const double bucket = batch.costs.gradient_bucket_bytes;
-    const bool sharded = costs.replicas > 1 && !costs.sharded_parameter_bytes.empty();  // the distributed optimizer
-    gather_seconds_ = sharded ? ring_reduce_scatter_seconds(costs.sharded_parameter_bytes[stage], costs.replicas,
-                                                            costs.gradient_link)
-                              : 0.0;
-    buckets_ = bytes > 0 && bucket > 0 && costs.replicas > 1 ? std::ceil(bytes / bucket) : 1.0;
-    sync_seconds_ =
-        bytes > 0 ? gradient_reduction_seconds(bytes / buckets_, costs.replicas, costs.gradient_link, sharded) : 0.0;
+    gather_seconds_ = costs.parameter_gather_seconds(stage);
+    const auto reduction = costs.gradient_reduction(stage, batch.costs.gradient_bucket_bytes);
+    buckets_ = std::max(1.0, static_cast<double>(reduction.buckets));
+    sync_seconds_ = reduction.bucket_seconds;
   }
 
   //! Input activation bytes: the previous stage's output for these samples.

@@ -54,6 +54,40 @@ struct module_costs {
     return (static_cast<std::size_t>(replica) * microbatches + microbatch) * stages + stage;
   }
 
+  //! Whether the optimizer is sharded: the distributed optimizer, over more than one replica.
+  [[nodiscard]] bool sharded_optimizer() const noexcept { return replicas > 1 && !sharded_parameter_bytes.empty(); }
+
+  //! Seconds of stage `stage`'s parameter all-gather at the step's start (0 unless sharded).
+  [[nodiscard]] double parameter_gather_seconds(std::uint32_t stage) const noexcept {
+    return sharded_optimizer() ? ring_reduce_scatter_seconds(sharded_parameter_bytes[stage], replicas, gradient_link)
+                               : 0.0;
+  }
+
+  //! A stage's gradient reduction: how many buckets, and one bucket's seconds.
+  struct gradient_reduction_shape {
+    std::uint32_t buckets = 0;  //!< 0: nothing to reduce (no gradient bytes, or one replica)
+    double bucket_seconds = 0;  //!< one bucket's all-reduce (reduce-scatter when sharded)
+  };
+
+  //! Most buckets a stage's gradients may be reduced in (more is a bucket size by mistake).
+  static constexpr double max_gradient_buckets = 1e6;
+
+  //! Stage `stage`'s gradient reduction in buckets of `bucket_bytes` (0: one
+  //! reduction of all its bytes), the simulator's and the emulated stages' alike.
+  //! \throws dflop::error when the bucket size splits the stage's bytes into more
+  //! than `max_gradient_buckets`.
+  [[nodiscard]] gradient_reduction_shape gradient_reduction(std::uint32_t stage, double bucket_bytes) const {
+    const double bytes = gradient_bytes.empty() ? 0.0 : gradient_bytes[stage];
+    if (bytes <= 0 || replicas <= 1) return {};
+    const double buckets = bucket_bytes > 0 ? std::ceil(bytes / bucket_bytes) : 1.0;
+    if (buckets > max_gradient_buckets)
+      throw error("multimodal_costs: gradient_bucket_bytes " + std::to_string(bucket_bytes) + " splits stage " +
+                  std::to_string(stage) + "'s " + std::to_string(bytes) + " gradient bytes into more than " +
+                  std::to_string(static_cast<int>(max_gradient_buckets)) + " buckets");
+    return {static_cast<std::uint32_t>(buckets),
+            gradient_reduction_seconds(bytes / buckets, replicas, gradient_link, sharded_optimizer())};
+  }
+
   friend bool operator==(const module_costs&, const module_costs&) = default;
 };
 
@@ -254,13 +288,9 @@ public:
   }
 
 private:
-  static constexpr double max_buckets = 1e6;
   static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
-  // A position's gradient reduction: `buckets` all-reduces of `bucket_seconds` each.
-  struct sync_model {
-    std::uint32_t buckets = 0;
-    double bucket_seconds = 0;
-  };
+  // A position's gradient reduction: `buckets` reductions of `bucket_seconds` each.
+  using sync_model = module_costs::gradient_reduction_shape;
 
   // Schedule operations ("position ops") are numbered position-major: position
   // p's i-th op is `position_begin_[p] + i`. Each gets its dependencies as
@@ -354,26 +384,13 @@ private:
   void model_syncs(const pipeline_schedule& schedule, const multimodal_costs& costs) {
     const std::uint32_t positions = costs.positions();
     position_sync_.resize(positions);
-    gather_seconds_.assign(positions, 0.0);
+    gather_seconds_.resize(positions);
     for (std::uint32_t p = 0; p < positions; ++p) {
       const bool in_encoder = p < costs.encoder.stages;
       const module_costs& module = in_encoder ? costs.encoder : costs.llm;
       const std::uint32_t local = in_encoder ? p : p - costs.encoder.stages;
-      const double bytes = module.gradient_bytes.empty() ? 0.0 : module.gradient_bytes[local];
-      position_sync_[p] = {};
-      const bool sharded = module.replicas > 1 && !module.sharded_parameter_bytes.empty();  // the distributed optimizer
-      if (sharded)
-        gather_seconds_[p] =
-            ring_reduce_scatter_seconds(module.sharded_parameter_bytes[local], module.replicas, module.gradient_link);
-      if (bytes <= 0 || module.replicas <= 1) continue;
-      const double buckets = costs.gradient_bucket_bytes > 0 ? std::ceil(bytes / costs.gradient_bucket_bytes) : 1.0;
-      if (buckets > max_buckets)
-        throw error("multimodal_costs: gradient_bucket_bytes " + std::to_string(costs.gradient_bucket_bytes) +
-                    " splits position " + std::to_string(p) + "'s " + std::to_string(bytes) +
-                    " gradient bytes into more than " + std::to_string(static_cast<int>(max_buckets)) + " buckets");
-      position_sync_[p].buckets = static_cast<std::uint32_t>(buckets);
-      position_sync_[p].bucket_seconds =
-          gradient_reduction_seconds(bytes / buckets, module.replicas, module.gradient_link, sharded);
+      gather_seconds_[p] = module.parameter_gather_seconds(local);
+      position_sync_[p] = module.gradient_reduction(local, costs.gradient_bucket_bytes);
     }
     const op_kind producer = schedule.split_backward ? op_kind::weight : op_kind::backward;
     rank_sync_.resize(costs.ranks());
