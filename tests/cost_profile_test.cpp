@@ -174,3 +174,31 @@ TEST_CASE("a fitted curve needs three sizes", "[cost]") {
   CHECK(dflop::test::error_of([&] { (void)dflop::fitted_cost_model::from_profile(profile); }) ==
         "llm.csv:5: module 'llm' at tp 2 has 2 sizes; a quadratic fit needs at least 3");
 }
+
+TEST_CASE("a fitted model never prices more tokens below fewer, past a small profile that bends down", "[cost]") {
+  // A torch trainer's measured LLM layer at 16, 48 and 96 tokens, concave in n
+  // (its slope falls from 0.064 to 0.057 ms per token): the free quadratic fit's
+  // curvature is negative and, carried to thousands of tokens, prices them at 0.
+  const char* const csv =
+      "module,tp,tokens,forward_ms,backward_ms\n"
+      "llm,1,16,1.4183695,3.5075615\n"
+      "llm,1,48,3.4932755,5.9\n"
+      "llm,1,96,6.2,8.0\n";
+  const auto profile = dflop::read_profile_text(csv, "concave.csv");
+  const auto fitted = dflop::fitted_cost_model::from_profile(profile);
+  const auto& curve = fitted.curves().front();
+  CHECK(curve.forward.c >= 0);
+  CHECK(curve.backward.c >= 0);
+  CHECK(curve.backward.b >= 0);
+  double previous_forward = 0, previous_backward = 0;
+  for (std::int64_t tokens = 16; tokens <= 16384; tokens *= 2) {
+    const auto cost = fitted.estimate_time(module_kind::llm, 1, std::vector<sample>{text("s", tokens)});
+    CAPTURE(tokens, cost);
+    CHECK(cost.layer.forward >= previous_forward);
+    CHECK(cost.layer.backward >= previous_backward);
+    previous_forward = cost.layer.forward;
+    previous_backward = cost.layer.backward;
+  }
+  CHECK(previous_forward > 0.5);   // 16k tokens: near a second (ms in the profile, seconds priced)
+  CHECK(previous_backward > 0.5);
+}
