@@ -460,6 +460,8 @@ private:
   bool trade_for_fit(const parallel_config& c, std::span<const sample> batch, std::size_t k, batch_schedule& out) {
     const auto m = static_cast<std::size_t>(c.microbatches);
     const auto replicas = static_cast<std::size_t>(c.llm.dp);
+    const auto encoder_replicas = static_cast<std::size_t>(c.encoder.dp);
+    other_parts_.resize(encoder_replicas);
     const auto encoder_work = [&](const std::vector<std::uint32_t>& members) {
       double work = 0;
       for (std::uint32_t i : members) work += encoder_cost_[i];
@@ -480,12 +482,19 @@ private:
     for (std::size_t r : own)
       for (std::size_t other : others) {
         std::swap(out.llm_microbatches[r * m + k], out.llm_microbatches[r * m + other]);
-        if (split_slot(c, batch, k, out) && split_slot(c, batch, other, out)) {
+        if (!split_slot(c, batch, k, out)) {  // slot `other` untouched: only the swap to undo
+          std::swap(out.llm_microbatches[r * m + k], out.llm_microbatches[r * m + other]);
+          continue;
+        }
+        // Slot `other`'s parts kept aside and copied back if it does not split:
+        // what splitting its old microbatches again gave, without the memory checks.
+        for (std::size_t e = 0; e < encoder_replicas; ++e) other_parts_[e] = out.encoder_parts[e * m + other];
+        if (split_slot(c, batch, other, out)) {
           out.memory_capped = true;
           return true;
         }
         std::swap(out.llm_microbatches[r * m + k], out.llm_microbatches[r * m + other]);
-        if (other < k) split_slot(c, batch, other, out);  // as it was (it fitted before the trade)
+        for (std::size_t e = 0; e < encoder_replicas; ++e) out.encoder_parts[e * m + other] = other_parts_[e];
       }
     return false;
   }
@@ -697,6 +706,7 @@ private:
   std::vector<double> handoff_bytes_;  // bytes one encoder part sends each LLM replica
   std::vector<char> replica_taken_;
   std::vector<sample> gathered_;
+  std::vector<std::vector<std::uint32_t>> other_parts_;  // trade_for_fit: the other slot's parts before a split
   cost_matrix matrix_;
   pack_workspace workspace_;
   packing packing_;
