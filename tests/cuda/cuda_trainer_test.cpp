@@ -137,6 +137,22 @@ run_options small_model() {
   return options;
 }
 
+// Every rank's `steps` step reports of `reference` and `other` agree in loss and
+// gradient norm (relative 1e-12); `also(reference step, other step)` checks more.
+template <class Also>
+void check_same_training(const std::vector<std::vector<step_report>>& reference,
+                         const std::vector<std::vector<step_report>>& other, std::size_t steps, Also also) {
+  REQUIRE(reference.size() == other.size());
+  for (std::size_t r = 0; r < reference.size(); ++r) {
+    REQUIRE(other[r].size() == steps);
+    for (std::size_t k = 0; k < steps; ++k) {
+      CHECK(other[r][k].loss == Approx(reference[r][k].loss).epsilon(1e-12));
+      CHECK(other[r][k].gradient_norm == Approx(reference[r][k].gradient_norm).epsilon(1e-12));
+      also(reference[r][k], other[r][k]);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("cuda trainer: the built-in plan's methods differ, so the runs cover PP, TP and DP", "[cuda_trainer]") {
@@ -173,17 +189,11 @@ TEST_CASE("cuda trainer: with the plan's gradient buckets the last B starts each
   const double bucket = 16 * 1024;
   chosen.batch.gradient_bucket_bytes = bucket;
   const auto bucketed = run_on_host(schedule_steps(chosen, workload(), io), options);
-  REQUIRE(plain.size() == bucketed.size());
   std::size_t overlapped = 0;
-  for (std::size_t r = 0; r < plain.size(); ++r) {
-    REQUIRE(bucketed[r].size() == 2);
-    for (std::size_t k = 0; k < 2; ++k) {
-      CHECK(bucketed[r][k].loss == Approx(plain[r][k].loss).epsilon(1e-12));
-      CHECK(bucketed[r][k].gradient_norm == Approx(plain[r][k].gradient_norm).epsilon(1e-12));
-      CHECK(plain[r][k].overlapped_sums == 0);
-      overlapped += bucketed[r][k].overlapped_sums;
-    }
-  }
+  check_same_training(plain, bucketed, 2, [&](const step_report& unbucketed, const step_report& with_buckets) {
+    CHECK(unbucketed.overlapped_sums == 0);
+    overlapped += with_buckets.overlapped_sums;
+  });
   // Each stage's layers in runs of ceil(bucket / layer bytes), the last shorter:
   // one sum per run, on every TP rank of every replica, every step.
   const double layer_bytes = static_cast<double>(layer_parameters(options.model.hidden) * sizeof(double));
@@ -217,19 +227,13 @@ TEST_CASE("cuda trainer: the distributed optimizer steps each replica's shard an
     plain_plan.batch.gradient_bucket_bytes = sharded_plan.batch.gradient_bucket_bytes = bucket;
     const auto plain = run_on_host(schedule_steps(plain_plan, workload(), io), options);
     const auto shards = run_on_host(schedule_steps(sharded_plan, workload(), io), options);
-    REQUIRE(plain.size() == shards.size());
     INFO("bucket " << bucket);
     std::size_t started = 0;
-    for (std::size_t r = 0; r < plain.size(); ++r) {
-      REQUIRE(shards[r].size() == 3);
-      for (std::size_t k = 0; k < 3; ++k) {
-        CHECK(shards[r][k].loss == Approx(plain[r][k].loss).epsilon(1e-12));
-        CHECK(shards[r][k].gradient_norm == Approx(plain[r][k].gradient_norm).epsilon(1e-12));
-        CHECK(plain[r][k].optimizer_members == 1);
-        CHECK(shards[r][k].optimizer_members == 2);
-        started += shards[r][k].overlapped_sums;
-      }
-    }
+    check_same_training(plain, shards, 3, [&](const step_report& whole_update, const step_report& sharded_update) {
+      CHECK(whole_update.optimizer_members == 1);
+      CHECK(sharded_update.optimizer_members == 2);
+      started += sharded_update.overlapped_sums;
+    });
     CHECK((started > 0) == (bucket > 0));
   }
 }

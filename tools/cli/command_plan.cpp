@@ -111,15 +111,7 @@ void run_plan(const plan_command_options& options) {
   const auto modules = dflop::breakdown_by_module(line, gpus_of_rank, scheduled.costs);
   if (options.json) {
     nlohmann::json out = dflop::to_json(result);
-    out["time_breakdown"] = {{"iteration_seconds", simulated.makespan},
-                             {"ops", shares.ops},
-                             {"gradient_sync", shares.gradient_sync},
-                             {"idle", shares.idle},
-                             {"idle_before_first_op", shares.idle_before_first_op},
-                             {"idle_between_ops", shares.idle_between_ops},
-                             {"idle_after_last_op", shares.idle_after_last_op},
-                             {"unused_gpus", shares.unused_gpus}};
-    const auto module_json = [](const dflop::time_breakdown& b) {
+    const auto breakdown_json = [](const dflop::time_breakdown& b) {
       return nlohmann::json{{"ops", b.ops},
                             {"gradient_sync", b.gradient_sync},
                             {"idle", b.idle},
@@ -127,8 +119,11 @@ void run_plan(const plan_command_options& options) {
                             {"idle_between_ops", b.idle_between_ops},
                             {"idle_after_last_op", b.idle_after_last_op}};
     };
-    if (modules.encoder) out["time_breakdown"]["encoder_ranks"] = module_json(*modules.encoder);
-    out["time_breakdown"]["llm_ranks"] = module_json(modules.llm);
+    out["time_breakdown"] = breakdown_json(shares);
+    out["time_breakdown"]["iteration_seconds"] = simulated.makespan;
+    out["time_breakdown"]["unused_gpus"] = shares.unused_gpus;
+    if (modules.encoder) out["time_breakdown"]["encoder_ranks"] = breakdown_json(*modules.encoder);
+    out["time_breakdown"]["llm_ranks"] = breakdown_json(modules.llm);
     std::cout << out.dump(2) << "\n";
   } else {
     std::cout << result;
