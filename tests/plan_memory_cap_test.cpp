@@ -270,7 +270,7 @@ std::vector<sample> heavy_tailed_workload(std::size_t count, std::uint64_t seed,
 }  // namespace
 
 TEST_CASE("heavy-tailed workloads: over 1,000 batches per plan no microbatch exceeds the device's memory",
-          "[plan][memory][property]") {
+          "[plan][memory][property][heavy]") {
   using default_pipeline = pipeline<>;
   const auto model = test::small_model();
   struct setting {

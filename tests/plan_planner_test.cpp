@@ -59,7 +59,7 @@ TEST_CASE("module degrees enumerate exactly the valid (tp, pp, dp) triples", "[p
     }
 }
 
-TEST_CASE("the pruned search returns the brute-force best on a small cluster", "[plan]") {
+TEST_CASE("the pruned search returns the brute-force best on a small cluster", "[plan][heavy]") {
   const auto model = dflop::test::small_model();
   const auto cluster = dflop::test::small_cluster(8, 4, 24);
   const auto workload = dflop::test::small_workload();

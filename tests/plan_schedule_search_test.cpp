@@ -48,7 +48,7 @@ dflop::planner_options options_for(std::uint64_t seed) {
 }  // namespace
 
 TEST_CASE("schedule 'auto' keeps the fastest schedule's plan, never slower than the scan's schedule alone",
-          "[plan][schedule]") {
+          "[plan][schedule][heavy]") {
   // Candidate lists with equal in-flight peaks (ZB-H1, 1F1B) and with GPipe's
   // larger ones; clusters from 4 to 16 GPUs; two memory sizes (the smaller
   // forces savers and makes peaks matter); two seeds.
