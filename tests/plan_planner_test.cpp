@@ -65,6 +65,7 @@ TEST_CASE("the pruned search returns the brute-force best on a small cluster", "
   const auto workload = dflop::test::small_workload();
   auto options = small_options();
   options.max_simulated = 0;  // no budget: only the (valid) bound may skip candidates
+  options.give_up_on_slow = false;  // a heuristic: the default budget below keeps it
 
   auto brute = make_planner(model, cluster, options);
   brute.prepare(workload);
@@ -92,6 +93,29 @@ TEST_CASE("the pruned search returns the brute-force best on a small cluster", "
   // The default budget still finds it on this small case.
   auto budgeted = make_planner(model, cluster, small_options());
   CHECK(budgeted.make_plan(workload).chosen.iteration_seconds == Approx(best).epsilon(1e-12));
+}
+
+TEST_CASE("giving up on slow candidates after half the batches keeps the plan", "[plan]") {
+  const auto model = dflop::test::small_model();
+  const auto workload = dflop::test::small_workload();
+  std::size_t given_up = 0;
+  for (int gpus : {8, 16})
+    for (std::uint64_t seed : {1U, 2U, 3U}) {
+      auto options = small_options();
+      options.batches = 4;
+      options.seed = seed;
+      options.give_up_on_slow = false;
+      const auto cluster = dflop::test::small_cluster(gpus, 4);
+      const auto whole = make_planner(model, cluster, options).make_plan(workload);
+      options.give_up_on_slow = true;
+      const auto halved = make_planner(model, cluster, options).make_plan(workload);
+      INFO(gpus << " GPUs, seed " << seed);
+      CHECK(whole.search.given_up == 0);
+      CHECK(halved.chosen == whole.chosen);
+      CHECK(halved.search.simulated <= whole.search.simulated);
+      given_up += halved.search.given_up;
+    }
+  CHECK(given_up > 0);  // the cases exercise it
 }
 
 TEST_CASE("plans are deterministic for a seed", "[plan]") {

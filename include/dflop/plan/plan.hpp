@@ -55,7 +55,11 @@ struct method_result {
 //! One schedule the search scored its finalists under (`named_schedule("auto")`).
 struct schedule_trial {
   std::string schedule;      //!< schedule name
-  double seconds = 0;        //!< predicted iteration of its best finalist (0: none fit under it)
+  //! Predicted iteration of its best finalist (0: none fit under it). When
+  //! every finalist under it was given up after half the batches, over 2%
+  //! slower than the winner (`planner_options::give_up_on_slow`), the lowest
+  //! mean over that half.
+  double seconds = 0;
 
   friend bool operator==(const schedule_trial&, const schedule_trial&) = default;
 };
@@ -67,6 +71,10 @@ struct search_statistics {
   std::size_t bound_pruned = 0;       //!< skipped: their lower bound could not beat the best found
   std::size_t over_budget = 0;        //!< not scored: the simulation budget was spent
   std::size_t simulated = 0;          //!< scored on the sampled batches
+  //! of the scanned, and of the (finalist, schedule) pairs scored again: given
+  //! up after the first half of the batches, too slow to matter
+  //! (`planner_options::give_up_on_slow`)
+  std::size_t given_up = 0;
   double seconds = 0;                 //!< wall time of `make_plan`, all of it
   double enumeration_seconds = 0;     //!< of which: sampling batches, enumerating and ranking candidates
   double scoring_seconds = 0;         //!< of which: simulating candidates and finalists (dflop's own search)
@@ -240,7 +248,7 @@ inline std::ostream& operator<<(std::ostream& out, const plan& result) {
   }
   out << "search: " << result.search.candidates << " candidates, " << result.search.memory_rejected
       << " out of memory, " << result.search.bound_pruned << " pruned by bound, " << result.search.over_budget << " past the budget, " << result.search.simulated
-      << " simulated, " << detail::format_fixed(result.search.seconds, 2) << " s (enumeration "
+      << " simulated (" << result.search.given_up << " given up after half the batches), " << detail::format_fixed(result.search.seconds, 2) << " s (enumeration "
       << detail::format_fixed(result.search.enumeration_seconds, 2) << " s, scoring "
       << detail::format_fixed(result.search.scoring_seconds, 2) << " s, of which finalists "
       << detail::format_fixed(result.search.finalist_seconds, 2) << " s, baselines "

@@ -130,6 +130,7 @@ inline constexpr int plan_file_version = 1;
                    {"bound_pruned", result.search.bound_pruned},
                    {"over_budget", result.search.over_budget},
                    {"simulated", result.search.simulated},
+                   {"given_up", result.search.given_up},
                    {"seconds", result.search.seconds},
                    {"enumeration_seconds", result.search.enumeration_seconds},
                    {"scoring_seconds", result.search.scoring_seconds},

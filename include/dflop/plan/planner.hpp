@@ -43,6 +43,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -283,6 +284,12 @@ private:
     return configs;
   }
 
+  // How much slower than the bar a candidate's mean over the first half of the
+  // batches must be for the search to give it up (`planner_options::
+  // give_up_on_slow`): that half's mean was within 1% of the mean over all
+  // batches for every candidate of the 7B and 32B at 1024 GPUs.
+  static constexpr double give_up_margin = 0.02;
+
   // Mixed into the seed of the fresh batches `plan::memory_cap` is estimated
   // on, so they are not the batches the plan was scored on.
   static constexpr std::uint64_t cap_check_salt = 0x6361705f63686b31ULL;
@@ -294,6 +301,7 @@ private:
     parallel_config config;
     double estimate = 0;
     bool tails_checked = false;  // its tail batches were packed within the memory budget
+    bool given_up = false;       // slower than the cutoff on the first half of the batches: nothing else is known
   };
 
   // Whether `config`'s tail batches pack within the memory budget.
@@ -329,19 +337,24 @@ private:
   // is simulated again while its tails do not fit, at most a few times, then with
   // full recomputation; the caller checks the tails of what comes back (and,
   // where it needs them, the tail batches: `fits_tail_batches`). Counts
-  // simulations in `simulated` when given. Throws `memory_cap_error` when a
-  // batch cannot be packed within the budget.
-  double simulate_raising_recomputation(parallel_config& config, const batch_options& options,
-                                        std::span<const detail::microbatch_views> quick, detail::tail_samples& tails,
-                                        std::size_t* simulated) {
+  // simulations in `simulated` when given. Not `complete` when the first half
+  // of the batches is slower than `give_up_above` on average (more recomputed
+  // layers would only be slower still). Throws `memory_cap_error` when a batch
+  // cannot be packed within the budget.
+  detail::batches_score simulate_raising_recomputation(
+      parallel_config& config, const batch_options& options, std::span<const detail::microbatch_views> quick,
+      detail::tail_samples& tails, std::size_t* simulated,
+      double give_up_above = std::numeric_limits<double>::infinity()) {
     constexpr int max_raises = 4;
     for (int raise = 0;; ++raise) {
       const plan_layout layout = scorer_.layouts().layout_of(config, scorer_.partitioner());
       double seconds = 0;
       try {
         if (simulated) ++*simulated;
-        seconds = scorer_.scoring().simulate_all(layout, scorer_.pack_policy(), options, &tails,
-                                                 detail::tail_rule::heaviest);
+        const auto scored = scorer_.scoring().simulate_unless_slower(layout, scorer_.pack_policy(), options, &tails,
+                                                                     detail::tail_rule::heaviest, give_up_above);
+        if (!scored.complete) return scored;
+        seconds = scored.seconds;
       } catch (const memory_cap_error&) {
         if (!partly_recomputes(config)) throw;
         config = fully_recomputing(config);
@@ -349,7 +362,7 @@ private:
       }
       if (!partly_recomputes(config) ||
           scorer_.checks().memory_shortfall(config, scorer_.partitioner(), tails) <= 0)
-        return seconds;
+        return {seconds, true};
       if (raise == max_raises) {
         config = fully_recomputing(config);
         continue;
@@ -357,7 +370,7 @@ private:
       std::vector<detail::microbatch_views> samples(quick.begin(), quick.end());
       samples.push_back(tails);
       const auto raised = scorer_.checks().fewest_recomputed_layers(config, scorer_.partitioner(), samples);
-      if (!raised) return seconds;  // even full recomputation misses: the caller sees the shortfall
+      if (!raised) return {seconds, true};  // even full recomputation misses: the caller sees the shortfall
       config = *raised;
     }
   }
@@ -381,9 +394,12 @@ private:
 
   // Scores `base` with the cheapest memory variant whose typical microbatches
   // fit, moving on to costlier variants while the tail microbatches do not.
-  // nullopt (with the miss noted) when none fits.
+  // nullopt (with the miss noted) when none fits; `given_up` set when the
+  // variant tried is slower than `give_up_above` on the first half of the
+  // batches (costlier variants would be slower still).
   [[nodiscard]] std::optional<scanned> scan_candidate(const detail::plan_candidate& c, const batch_options& options,
-                                                      search_statistics& statistics, bool allow_recompute) {
+                                                      search_statistics& statistics, bool allow_recompute,
+                                                      double give_up_above) {
     auto variants = scorer_.checks().memory_variants(c.config);
     if (!allow_recompute)
       std::erase_if(variants, [](const parallel_config& v) { return v.encoder.recompute || v.llm.recompute; });
@@ -410,7 +426,10 @@ private:
       detail::tail_samples tails;
       double seconds = 0;
       try {
-        seconds = simulate_raising_recomputation(config, options, quick, tails, &statistics.simulated);
+        const auto scored =
+            simulate_raising_recomputation(config, options, quick, tails, &statistics.simulated, give_up_above);
+        if (!scored.complete) return scanned{scored.seconds, config, c.estimate, false, true};
+        seconds = scored.seconds;
       } catch (const memory_cap_error& failure) {  // a sampled batch cannot be packed within the budget
         scorer_.checks().note_miss(config, failure.excess_bytes());
         ++next;
@@ -452,6 +471,15 @@ private:
     // One recompute count per stage replica and batch ranks the scan's plans at
     // a fraction of the cost of counts per microbatch; finalists get those.
     scan_options.recompute_per_microbatch = false;
+    // The fastest scanned seconds, ascending: a candidate over the last of them
+    // by the margin on the first half of the batches cannot become a finalist
+    // (two spares stand in for finalists whose tail batches will not fit).
+    const std::size_t leaders_kept = settings.finalists + 2;
+    std::vector<double> leaders;
+    const auto give_up_above = [&] {
+      return settings.give_up_on_slow && leaders.size() >= leaders_kept ? leaders.back() * (1 + give_up_margin)
+                                                                          : std::numeric_limits<double>::infinity();
+    };
     for (const std::size_t index : candidates_.scoring_order) {
       const detail::plan_candidate& c = candidates_.candidates[index];
       bar.advance();
@@ -473,9 +501,14 @@ private:
         ++statistics.over_budget;
         continue;
       }
-      auto found = scan_candidate(c, scan_options, statistics, budget == 0 || recomputing < budget);
+      auto found = scan_candidate(c, scan_options, statistics, budget == 0 || recomputing < budget, give_up_above());
       if (!found) {
         ++statistics.memory_rejected;
+        continue;
+      }
+      if (found->given_up) {  // counted against the budget like the plan it would likely have been
+        ++statistics.given_up;
+        ++(recomputes(found->config) ? recomputing : fitting);
         continue;
       }
       // A new best must also pack the tail batches within the memory budget:
@@ -499,8 +532,10 @@ private:
         }
         found->tails_checked = true;
       }
-      ++(found->config.encoder.recompute || found->config.llm.recompute ? recomputing : fitting);
+      ++(recomputes(found->config) ? recomputing : fitting);
       finalists.push_back(*found);
+      leaders.insert(std::upper_bound(leaders.begin(), leaders.end(), found->seconds), found->seconds);
+      if (leaders.size() > leaders_kept) leaders.pop_back();
       if (new_best) {
         const plan_layout layout = scorer_.layouts().layout_of(found->config, scorer_.partitioner());
         best = method_result{plan_method::dflop, found->config, layout.encoder, layout.llm, c.estimate, found->seconds, true, 0, 0};
@@ -537,6 +572,7 @@ private:
     for (std::size_t s = 0; s < schedules; ++s) {
       if (!searched_schedules_.empty()) use_candidate_schedule(s);
       double schedule_best = 0;
+      double schedule_given_up = 0;  // the lowest first-half mean of the finalists given up under it
       for (const scanned& finalist : finalists) {
         // The scan checked the tails under the first schedule; others hold other
         // peaks (and may need every layer recomputed where the scan recomputed some).
@@ -547,7 +583,17 @@ private:
         detail::tail_samples tails;
         double seconds = 0;
         try {
-          seconds = simulate_raising_recomputation(config, settings.batch, quick, tails, nullptr);
+          // A pair over 2% slower than the best on the first half of the batches cannot win.
+          const double give_up_above = settings.give_up_on_slow && best
+                                           ? best->iteration_seconds * (1 + give_up_margin)
+                                           : std::numeric_limits<double>::infinity();
+          const auto scored = simulate_raising_recomputation(config, settings.batch, quick, tails, nullptr, give_up_above);
+          if (!scored.complete) {
+            ++statistics.given_up;
+            if (schedule_given_up == 0 || scored.seconds < schedule_given_up) schedule_given_up = scored.seconds;
+            continue;
+          }
+          seconds = scored.seconds;
         } catch (const memory_cap_error&) {  // packed in another order, a batch no longer fits
           continue;
         }
@@ -561,7 +607,8 @@ private:
           chosen_schedule = s;
         }
       }
-      if (!searched_schedules_.empty()) statistics.schedules.push_back({searched_schedules_[s], schedule_best});
+      if (!searched_schedules_.empty())
+        statistics.schedules.push_back({searched_schedules_[s], schedule_best > 0 ? schedule_best : schedule_given_up});
     }
     // schedule_batch, the plan's figures and its schedule follow the one chosen.
     if (schedules > 1) use_candidate_schedule(chosen_schedule);

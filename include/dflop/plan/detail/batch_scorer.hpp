@@ -32,6 +32,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <limits>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -42,6 +44,14 @@ namespace dflop::detail {
 enum class tail_rule : std::uint8_t {
   p99,       //!< the 99th percentile by tokens: how the baselines (blind to memory) are checked
   heaviest,  //!< the most tokens seen: dflop's plans, whose batches are packed within the memory budget
+};
+
+//! Mean predicted seconds over scored batches: every sampled batch
+//! (`complete`), or the first half only, when that half was already slower
+//! than the caller could use.
+struct batches_score {
+  double seconds = 0;
+  bool complete = true;
 };
 
 //! Scores layouts of one model and cluster on a search's `sampled_batches`
@@ -67,10 +77,25 @@ public:
   template <packer P>
   double simulate_all(const plan_layout& layout, const P& pack_policy, const batch_options& options,
                       tail_samples* tails, tail_rule rule) {
-    double seconds = 0;
-    tail_samples found = over_batches(layout, pack_policy, options, &seconds, rule, tails != nullptr);
-    if (tails != nullptr) *tails = std::move(found);
-    return seconds;
+    return simulate_unless_slower(layout, pack_policy, options, tails, rule, std::numeric_limits<double>::infinity())
+        .seconds;
+  }
+
+  //! `simulate_all`, unless the mean over the first half of the batches
+  //! (rounded up) is above `give_up_above`: then that half's mean, not
+  //! `complete`, the other batches not simulated and `tails` untouched. A
+  //! search ranking candidates spends half as much on one that cannot rank
+  //! among the best.
+  template <packer P>
+  batches_score simulate_unless_slower(const plan_layout& layout, const P& pack_policy, const batch_options& options,
+                                       tail_samples* tails, tail_rule rule, double give_up_above) {
+    batches_score score;
+    bool gave_up = false;
+    tail_samples found =
+        over_batches(layout, pack_policy, options, &score.seconds, rule, tails != nullptr, give_up_above, &gave_up);
+    score.complete = !gave_up;
+    if (score.complete && tails != nullptr) *tails = std::move(found);
+    return score;
   }
 
   //! Whether every tail batch packs within the memory budget of `options` as
@@ -154,29 +179,39 @@ private:
   // schedule to reuse; results must land in per-b slots.
   template <packer P, class Work>
   void for_each_batch(std::size_t count, const P& pack_policy, Work&& work) {
+    for_each_batch(0, count, pack_policy, work);
+  }
+
+  // `for_each_batch` over the batches b in [begin, end).
+  template <packer P, class Work>
+  void for_each_batch(std::size_t begin, std::size_t end, const P& pack_policy, Work&& work) {
     const unsigned threads = options_->threads == 0 ? default_thread_count() : options_->threads;
     std::vector<batch_scheduler<Cost, Memory, P>> schedulers;
-    std::vector<batch_schedule> schedules(std::min<std::size_t>(threads, count));
+    std::vector<batch_schedule> schedules(std::min<std::size_t>(threads, end - begin));
     for (std::size_t w = 0; w < schedules.size(); ++w)
       schedulers.emplace_back(*model_, *cluster_, *cost_, *memory_, pack_policy);
-    parallel_for(count, threads,
-                 [&](std::size_t b, unsigned worker) { work(b, schedulers[worker], schedules[worker]); });
+    parallel_for(end - begin, threads,
+                 [&](std::size_t i, unsigned worker) { work(begin + i, schedulers[worker], schedules[worker]); });
   }
 
   // Schedules (or, without `seconds`, only assigns) every scoring batch: each
   // batch's results land in its own slot and are combined in batch order. Sets
   // `*seconds` to the mean prediction; returns the tail microbatches by `rule`
-  // when `want_tails`.
+  // when `want_tails`. With a finite `give_up_above` (and `seconds`), the first
+  // half of the batches goes first; when their mean is above it, sets
+  // `*seconds` to that mean and `*gave_up`, and returns nothing else.
   template <packer P>
   tail_samples over_batches(const plan_layout& layout, const P& pack_policy, const batch_options& options,
-                            double* seconds, tail_rule rule, bool want_tails = true) {
+                            double* seconds, tail_rule rule, bool want_tails = true,
+                            double give_up_above = std::numeric_limits<double>::infinity(),
+                            bool* gave_up = nullptr) {
     const auto& batches = batches_->scoring;
     struct batch_result {
       double seconds = 0;
       token_groups llm_bins, encoder_parts;
     };
     std::vector<batch_result> results(batches.size());
-    for_each_batch(batches.size(), pack_policy, [&](std::size_t b, auto& scheduler, batch_schedule& schedule) {
+    const auto score = [&](std::size_t b, auto& scheduler, batch_schedule& schedule) {
       batch_options own = options;
       own.seed = options_->seed + b;
       if (seconds != nullptr) {
@@ -188,41 +223,72 @@ private:
       if (!want_tails) return;
       collect(batches[b], schedule.llm_microbatches, &sample::llm_tokens, results[b].llm_bins);
       collect(batches[b], schedule.encoder_parts, &sample::encoder_tokens, results[b].encoder_parts);
-    });
-    double total = 0;
-    token_groups llm_bins, encoder_parts;
-    for (auto& result : results) {
-      total += result.seconds;
-      std::move(result.llm_bins.begin(), result.llm_bins.end(), std::back_inserter(llm_bins));
-      std::move(result.encoder_parts.begin(), result.encoder_parts.end(), std::back_inserter(encoder_parts));
+    };
+    const bool may_give_up = seconds != nullptr && gave_up != nullptr && std::isfinite(give_up_above);
+    const std::size_t first = may_give_up ? (batches.size() + 1) / 2 : batches.size();
+    for_each_batch(0, first, pack_policy, score);
+    if (first < batches.size()) {
+      double head = 0;
+      for (std::size_t b = 0; b < first; ++b) head += results[b].seconds;
+      if (head / static_cast<double>(first) > give_up_above) {
+        *seconds = head / static_cast<double>(first);
+        *gave_up = true;
+        return {};
+      }
+      for_each_batch(first, batches.size(), pack_policy, score);
     }
+    double total = 0;
+    for (const auto& result : results) total += result.seconds;
     if (seconds != nullptr) *seconds = total / static_cast<double>(batches.size());
     if (!want_tails) return {};
-    return {tail_members(llm_bins, rule), tail_members(encoder_parts, rule)};
+    return {tail_members(results, &batch_result::llm_bins, rule),
+            tail_members(results, &batch_result::encoder_parts, rule)};
   }
 
-  // Microbatches as (token count in their module, members).
-  using token_groups = std::vector<std::pair<std::int64_t, std::vector<sample>>>;
+  // One batch's microbatches of a module: each one's token count in that
+  // module and its members (indices into the batch), flattened. Only the tail
+  // group's samples are copied out, once all batches are in.
+  struct token_groups {
+    std::vector<std::int64_t> tokens;
+    std::vector<std::size_t> first{0};  // group g's members are members[first[g], first[g + 1])
+    std::vector<std::uint32_t> members;
+  };
 
   static void collect(const std::vector<sample>& batch, const std::vector<std::vector<std::uint32_t>>& groups,
                       std::int64_t sample::*field, token_groups& out) {
     for (const auto& group : groups) {
-      std::pair<std::int64_t, std::vector<sample>> entry{0, {}};
-      for (std::uint32_t i : group) {
-        entry.first = saturating_add(entry.first, batch[i].*field);
-        entry.second.push_back(batch[i]);
-      }
-      out.push_back(std::move(entry));
+      std::int64_t tokens = 0;
+      for (std::uint32_t i : group) tokens = saturating_add(tokens, batch[i].*field);
+      out.tokens.push_back(tokens);
+      out.members.insert(out.members.end(), group.begin(), group.end());
+      out.first.push_back(out.members.size());
     }
   }
 
-  // The group at the 99th percentile (nearest rank) of token counts, or the one with the most.
-  static std::vector<sample> tail_members(token_groups& groups, tail_rule rule) {
+  // Over every batch's groups (batch order, then group order), the group at the
+  // 99th percentile (nearest rank) of token counts, or the one with the most
+  // (the last of equals, as a stable sort leaves them); its samples.
+  template <class Result>
+  std::vector<sample> tail_members(const std::vector<Result>& results, token_groups Result::*groups_of,
+                                   tail_rule rule) const {
+    struct group_at {
+      std::int64_t tokens;
+      std::size_t batch, group;
+    };
+    std::vector<group_at> groups;
+    for (std::size_t b = 0; b < results.size(); ++b) {
+      const token_groups& groups_b = results[b].*groups_of;
+      for (std::size_t g = 0; g < groups_b.tokens.size(); ++g) groups.push_back({groups_b.tokens[g], b, g});
+    }
     if (groups.empty()) return {};
-    std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    if (rule == tail_rule::heaviest) return groups.back().second;
+    std::stable_sort(groups.begin(), groups.end(), [](const group_at& a, const group_at& c) { return a.tokens < c.tokens; });
     const auto rank = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(groups.size()) - 1e-9));
-    return groups[std::max<std::size_t>(rank, 1) - 1].second;
+    const group_at& tail = rule == tail_rule::heaviest ? groups.back() : groups[std::max<std::size_t>(rank, 1) - 1];
+    const token_groups& owner = results[tail.batch].*groups_of;
+    std::vector<sample> members;
+    for (std::size_t at = owner.first[tail.group]; at < owner.first[tail.group + 1]; ++at)
+      members.push_back(batches_->scoring[tail.batch][owner.members[at]]);
+    return members;
   }
 
   const multimodal_spec* model_;

@@ -290,12 +290,14 @@ struct plan_config {
 //! `search`: what the search did (informational).
 [[nodiscard]] inline search_statistics plan_search_from_json(const json_fields& parent) {
   const json_fields fields(parent.at("search"), parent.source(), parent.path("search"));
-  fields.only({"candidates", "memory_rejected", "bound_pruned", "over_budget", "simulated", "seconds",
+  fields.only({"candidates", "memory_rejected", "bound_pruned", "over_budget", "simulated", "given_up", "seconds",
                "enumeration_seconds", "scoring_seconds", "finalist_seconds", "baseline_seconds", "schedules"});
   const auto count = [&](std::string_view key) { return static_cast<std::size_t>(fields.integer_in(key, 0)); };
   const auto seconds = [&](std::string_view key) { return fields.number_at_least(key, 0); };
   search_statistics statistics{count("candidates"),         count("memory_rejected"),     count("bound_pruned"),
-                               count("over_budget"),        count("simulated"),           seconds("seconds"),
+                               count("over_budget"),        count("simulated"),
+                               fields.has("given_up") ? count("given_up") : 0,  // plan files before it lack it
+                               seconds("seconds"),
                                seconds("enumeration_seconds"), seconds("scoring_seconds"), seconds("finalist_seconds"),
                                seconds("baseline_seconds"), {}};
   if (fields.has("schedules")) {
