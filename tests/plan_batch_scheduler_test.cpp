@@ -255,37 +255,47 @@ TEST_CASE("stage-to-stage sends are priced in the memory model's activation prec
   CHECK(fp32.predicted_seconds > bf16.predicted_seconds);
 }
 
-TEST_CASE("an NEH order whose budget is below the slot count is Johnson's; at or above it, never slower",
+TEST_CASE("an NEH order whose budget is below the slot count still searches a small batch, not a large one",
           "[plan][scheduler]") {
+  using scheduler_type = batch_scheduler<flops_cost_model, no_gradient_memory, refined_packer>;
   const auto model = test::small_model();
   const auto workload = test::small_workload(600, 3);
   const flops_cost_model flops(model, find_gpu("h100-80gb"));
   const no_gradient_memory memory;
-  random_generator rng(23);
-  for (int round = 0; round < 30; ++round) {
-    const module_parallelism llm{1, 2 + static_cast<int>(rng.below(3)), 1 + static_cast<int>(rng.below(3))};
-    const int m = 2 + static_cast<int>(rng.below(11));
-    const auto layout = llm_only_layout(llm, m, model.llm.layers, round % 2 == 0 ? "1f1b" : "zb-h1");
+  const auto johnson_and_short_search = [&](const plan_layout& layout, std::uint64_t seed) {
     const auto bins = static_cast<std::size_t>(layout.config.bins());
-    const auto batch = sample_batch(workload, 2 * bins, batch_mode::without_replacement, 300 + round);
+    const auto batch = sample_batch(workload, 2 * bins, batch_mode::with_replacement, seed);
     const auto cluster = test::small_cluster(layout.config.gpus(), 8);
-    batch_scheduler<flops_cost_model, no_gradient_memory, refined_packer> scheduler(model, cluster, flops, memory);
+    scheduler_type scheduler(model, cluster, flops, memory);
     batch_options johnson;
     johnson.order = order_policy::johnson;
-    johnson.seed = static_cast<std::uint64_t>(round);
-    const batch_schedule by_johnson = scheduler.schedule(layout, batch, johnson);
-    INFO("round " << round << ": " << layout.config << ", " << layout.schedule.name);
-
+    johnson.seed = seed;
     batch_options short_search = johnson;
     short_search.order = order_policy::neh;
-    short_search.order_budget = static_cast<std::size_t>(m) - 1;  // cannot try one slot at every position
-    const batch_schedule short_searched = scheduler.schedule(layout, batch, short_search);
-    CHECK(short_searched.slot_order == by_johnson.slot_order);
-    CHECK(short_searched.predicted_seconds == by_johnson.predicted_seconds);
+    short_search.order_budget = static_cast<std::size_t>(layout.config.microbatches) - 1;  // not one slot everywhere
+    return std::pair{scheduler.schedule(layout, batch, johnson), scheduler.schedule(layout, batch, short_search)};
+  };
 
-    batch_options full_search = short_search;
-    full_search.order_budget = static_cast<std::size_t>(m);
-    const batch_schedule searched = scheduler.schedule(layout, batch, full_search);
+  // Small batches: the search runs, never slower than Johnson's order, and sometimes faster.
+  random_generator rng(23);
+  int faster = 0;
+  for (int round = 0; round < 30; ++round) {
+    const module_parallelism llm{1, 2 + static_cast<int>(rng.below(3)), 1 + static_cast<int>(rng.below(3))};
+    const int m = 3 + static_cast<int>(rng.below(10));
+    const auto layout = llm_only_layout(llm, m, model.llm.layers, round % 2 == 0 ? "1f1b" : "zb-h1");
+    REQUIRE(scheduler_type::order_search_size(layout.config) <= scheduler_type::large_order_search);
+    const auto [by_johnson, searched] = johnson_and_short_search(layout, 300 + static_cast<std::uint64_t>(round));
+    INFO("round " << round << ": " << layout.config << ", " << layout.schedule.name);
     CHECK(searched.predicted_seconds <= by_johnson.predicted_seconds);
+    faster += searched.predicted_seconds < by_johnson.predicted_seconds ? 1 : 0;
   }
+  CHECK(faster > 0);
+
+  // A batch just over the size: Johnson's order, exactly.
+  const auto large = llm_only_layout({1, 4, 157}, 65, model.llm.layers, "1f1b");
+  REQUIRE(scheduler_type::order_search_size(large.config) == 65 * 4 * 157);
+  REQUIRE(scheduler_type::order_search_size(large.config) > scheduler_type::large_order_search);
+  const auto [by_johnson, short_searched] = johnson_and_short_search(large, 7);
+  CHECK(short_searched.slot_order == by_johnson.slot_order);
+  CHECK(short_searched.predicted_seconds == by_johnson.predicted_seconds);
 }

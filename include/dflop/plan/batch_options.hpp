@@ -49,9 +49,10 @@ enum class slot_assignment : std::uint8_t {
 struct batch_options {
   slot_assignment assignment = slot_assignment::best_simulated;  //!< bins -> (replica, slot)
   order_policy order = order_policy::neh;                  //!< slot order policy
-  //! Simulations the `neh` order may spend. A batch with more slots per LLM
-  //! replica than this is ordered by Johnson's rule instead: the search could
-  //! not try even one slot at every position.
+  //! Simulations the `neh` order may spend. A large batch (see
+  //! `batch_scheduler::large_order_search`) with more slots per LLM replica
+  //! than this is ordered by Johnson's rule instead: the search could not try
+  //! even one slot at every position.
   std::size_t order_budget = 64;
   std::uint64_t seed = 0;                                  //!< packer seed
   //! Fraction of a split backward that is weight-gradient work (ZB schedules):

@@ -143,6 +143,19 @@ public:
     return out;
   }
 
+  //! Slots x pipeline ranks (dp x pp of both modules) above which an NEH slot
+  //! order whose budget is below the slot count is replaced by Johnson's
+  //! order. Between the scale benchmark's 256-GPU plans (at most about 23,000)
+  //! and its 1024-GPU ones (65,000 and more).
+  static constexpr std::int64_t large_order_search = 40'000;
+
+  //! Slots x pipeline ranks of `config`: what one simulation of its batch walks.
+  [[nodiscard]] static constexpr std::int64_t order_search_size(const parallel_config& config) noexcept {
+    const std::int64_t ranks = std::int64_t{config.llm.dp} * config.llm.pp +
+                               (config.has_encoder() ? std::int64_t{config.encoder.dp} * config.encoder.pp : 0);
+    return std::int64_t{config.microbatches} * ranks;
+  }
+
 private:
   // Assigns, splits, prices, orders and simulates; false (nothing priced) when
   // the encoder parts of this assignment cannot fit the memory budget. With
@@ -152,7 +165,7 @@ private:
   // once more with those costs; the faster of the two is kept.
   bool finish(const plan_layout& layout, std::span<const sample> batch, const batch_options& requested,
               slot_assignment assignment, batch_schedule& out, bool repair = true) {
-    const batch_options options = affordable_order(requested, layout.config.microbatches);
+    const batch_options options = affordable_order(requested, layout.config);
     out.config = layout.config;
     assign_slots(layout.config, assignment, out);
     if (!split_encoder_work(layout.config, batch, out, repair)) return false;
@@ -176,14 +189,16 @@ private:
     return true;
   }
 
-  // `options` with Johnson's order in place of an NEH search whose budget does
-  // not cover one microbatch's moves to every other slot (more slots than
-  // budget): such a search only tries the heaviest microbatch at the first
-  // positions. At 1024 GPUs (96-256 slots) it found nothing Johnson's order
-  // did not, at half the planner's finalist time (docs/benchmarks.md).
-  [[nodiscard]] static batch_options affordable_order(const batch_options& options, int slots) {
+  // `options` with Johnson's order in place of an NEH search that cannot try
+  // one slot at every position (more slots than budget) on a large batch
+  // (`large_order_search`). There the search only tried the heaviest slot at
+  // the first positions and found nothing Johnson's order did not, for most
+  // of the planner's finalist time; on smaller batches it found up to 2%
+  // (docs/benchmarks.md).
+  [[nodiscard]] static batch_options affordable_order(const batch_options& options, const parallel_config& config) {
     batch_options out = options;
-    if (out.order == order_policy::neh && static_cast<std::size_t>(slots) > out.order_budget)
+    if (out.order == order_policy::neh && static_cast<std::size_t>(config.microbatches) > out.order_budget &&
+        order_search_size(config) > large_order_search)
       out.order = order_policy::johnson;
     return out;
   }
