@@ -1,32 +1,29 @@
 // SPDX-License-Identifier: Apache-2.0
 //! \file
-//! What letting the encoder run ahead would buy (issue #16, encoder/LLM
-//! coupling). Under 1F1B a position keeps `S - 1 - p` forwards in flight before
-//! its first backward; the encoder positions, first in the pipeline, could keep
-//! more (their activations are small next to the LLM's) so that an LLM replica
-//! never waits for an encoder part. This program plans a mixture under 1F1B,
-//! then schedules every sampled batch of the plan with `extra` more warm-up
-//! forwards on each encoder position (the rest of the schedule unchanged,
-//! slots ordered by the same NEH search) and reports the mean predicted
-//! iteration per `extra`, side by side with the plan's own schedule (extra 0).
-//! Memory is not checked: an upper bound on the gain.
+//! What the encoder run-ahead buys (issue #16, encoder/LLM coupling): under
+//! 1F1B and ZB-H1 an encoder stage runs its next forward only once a backward
+//! has come back from the LLM, so an LLM replica can wait for its next part.
+//! The planner lets the winner's encoder stages run 2, 8, 32, ... forwards
+//! further ahead where that is faster and fits (`planner_options::
+//! encoder_run_ahead`, `parallel_config::encoder_run_ahead`). This program plans
+//! each setting twice, without and with that search, side by side, and reports
+//! both plans' predicted iterations (simulated: the machine's load does not
+//! move them), the run-ahead kept, and both planning times.
 //!
 //!     build/bench/encoder_ahead_bench                       # 64 and 256 GPUs, onevision
-//!     build/bench/encoder_ahead_bench --gpus 64 --mixture video-heavy
+//!     build/bench/encoder_ahead_bench --gpus 16 64 --model internvit-6b+qwen2.5-32b
+//!     build/bench/encoder_ahead_bench --gpus 64 --mixture video-heavy text-heavy
 //!
 //! Prints one JSON document. A plain program: one run is one measurement.
 #include <dflop/error.hpp>
 #include <dflop/model/presets.hpp>
 #include <dflop/pipeline.hpp>
-#include <dflop/schedule.hpp>
-#include <dflop/sim/order.hpp>
 #include <dflop/workload/mixture.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
-#include <cstdint>
+#include <chrono>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -34,76 +31,61 @@
 
 namespace {
 
-//! 1F1B over `positions`, with `extra` more warm-up forwards on the first
-//! `encoder_positions` (at most all m). Still deadlock-free: each earlier
-//! position keeps at least one more forward in flight than the next.
-dflop::pipeline_schedule encoder_ahead(std::uint32_t positions, std::uint32_t encoder_positions, std::uint32_t m,
-                                       std::uint32_t extra) {
-  dflop::pipeline_schedule schedule = dflop::one_f_one_b{}.make({positions, m});
-  for (std::uint32_t p = 0; p < encoder_positions; ++p) {
-    const std::uint32_t warm = std::min(m, positions - 1 - p + extra);
-    std::vector<dflop::pipeline_op> ops;
-    for (std::uint32_t j = 0; j < warm; ++j) ops.push_back({dflop::op_kind::forward, j, p, 0});
-    for (std::uint32_t j = warm; j < m; ++j) {
-      ops.push_back({dflop::op_kind::forward, j, p, 0});
-      ops.push_back({dflop::op_kind::backward, j - warm, p, 0});
-    }
-    for (std::uint32_t j = m - warm; j < m; ++j) ops.push_back({dflop::op_kind::backward, j, p, 0});
-    schedule.rank_ops[p] = std::move(ops);
-  }
-  schedule.name = "1f1b, encoder +" + std::to_string(extra);
-  dflop::validate(schedule);
-  return schedule;
+nlohmann::ordered_json plan_once(const std::vector<dflop::sample>& workload, const dflop::multimodal_spec& model,
+                                 const dflop::cluster_spec& cluster, int global_batch, bool run_ahead) {
+  dflop::planner_options settings;
+  settings.global_batch = global_batch;
+  settings.encoder_run_ahead = run_ahead;
+  dflop::planner<dflop::flops_cost_model, dflop::analytic_memory_model> planner(
+      model, cluster, dflop::flops_cost_model(model, cluster.gpu), dflop::analytic_memory_model(model), settings, {}, {},
+      dflop::named_schedule(std::string(dflop::named_schedule::automatic)));
+  const auto started = std::chrono::steady_clock::now();
+  const dflop::plan plan = planner.make_plan(workload);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return {{"config", (std::ostringstream{} << plan.chosen.config).str()},
+          {"schedule", plan.schedule},
+          {"encoder_run_ahead", plan.chosen.config.encoder_run_ahead},
+          {"iteration_seconds", plan.chosen.iteration_seconds},
+          {"efficiency", plan.efficiency()},
+          {"planning_seconds", seconds}};
 }
 
-nlohmann::ordered_json measure(const std::string& mixture, int gpus) {
+nlohmann::ordered_json measure(const std::string& model_name, const std::string& mixture, int gpus, int per_gpu) {
   const auto workload = dflop::generate_mixture(mixture, 10000, 0);
-  const auto model = dflop::find_model("siglip-400m+qwen2.5-7b");
+  const auto model = dflop::find_model(model_name);
   const dflop::cluster_spec cluster{gpus, 8, dflop::find_gpu("h100-80gb")};
-  dflop::planner<dflop::flops_cost_model, dflop::analytic_memory_model> planner(
-      model, cluster, dflop::flops_cost_model(model, cluster.gpu), dflop::analytic_memory_model(model), {}, {}, {},
-      dflop::named_schedule("1f1b"));
-  const dflop::plan plan = planner.make_plan(workload);
-  const auto& config = plan.chosen.config;
-  const std::uint32_t encoder_positions = config.has_encoder() ? static_cast<std::uint32_t>(config.encoder.pp) : 0;
-  const dflop::batch_options options = plan.batch;
-  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-  dflop::multimodal_simulator simulator;
-  double plain = 0;
-  for (const std::uint32_t extra : {0U, 1U, 2U, 4U, 8U}) {
-    double total = 0;
-    for (const auto& batch : planner.sampled_batches()) {
-      const auto scheduled = planner.schedule_batch(plan.chosen, batch, 0);
-      const auto schedule = encoder_ahead(scheduled.costs.positions(), encoder_positions,
-                                          scheduled.costs.microbatches, extra);
-      total += dflop::order_slots(options.order, schedule, scheduled.costs, simulator, options.order_budget).makespan;
-    }
-    const double mean = total / static_cast<double>(planner.sampled_batches().size());
-    if (extra == 0) plain = mean;
-    rows.push_back({{"extra_warmup", extra}, {"iteration_seconds", mean}, {"gain", plain / mean - 1}});
-  }
-  return {{"mixture", mixture},
+  const auto without = plan_once(workload, model, cluster, gpus * per_gpu, false);
+  const auto with = plan_once(workload, model, cluster, gpus * per_gpu, true);
+  return {{"model", model_name},
+          {"mixture", mixture},
           {"gpus", gpus},
-          {"config", (std::ostringstream{} << config).str()},
-          {"planned_seconds", plan.chosen.iteration_seconds},
-          {"runs", rows}};
+          {"global_batch", gpus * per_gpu},
+          {"without_run_ahead", without},
+          {"with_run_ahead", with},
+          {"gain", without["iteration_seconds"].get<double>() / with["iteration_seconds"].get<double>() - 1}};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"What extra encoder warm-up forwards would buy under 1F1B (JSON out)"};
+  CLI::App app{"What the planner's encoder run-ahead buys: each setting planned without and with it (JSON out)"};
   std::vector<int> gpus{64, 256};
   std::vector<std::string> mixtures{"onevision"};
+  std::string model = "siglip-400m+qwen2.5-7b";
+  int per_gpu = 8;
   app.add_option("--gpus", gpus, "cluster sizes to plan")->check(CLI::PositiveNumber);
   app.add_option("--mixture", mixtures, "built-in mixtures to plan");
+  app.add_option("--model", model, "ENCODER+LLM preset")->capture_default_str();
+  app.add_option("--samples-per-gpu", per_gpu, "global batch = GPUs x this")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
     for (const auto& mixture : mixtures)
       for (const int count : gpus) {
-        std::cerr << "planning " << mixture << " on " << count << " GPUs under 1F1B ...\n";
-        out.push_back(measure(mixture, count));
+        std::cerr << "planning " << model << ", " << mixture << " on " << count << " GPUs, without and with run-ahead ...\n";
+        out.push_back(measure(model, mixture, count, per_gpu));
       }
     std::cout << out.dump(2) << "\n";
   } catch (const dflop::error& e) {

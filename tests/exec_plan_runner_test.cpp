@@ -181,6 +181,22 @@ TEST_CASE("plan_runner: TP and PP on both modules, DP on either side, every one-
     }
 }
 
+TEST_CASE("plan_runner: an encoder running ahead of the schedule's warm-up runs like the reference", "[exec][runner]") {
+  const auto model = test::small_model();
+  const auto workload = test::small_workload();
+  const auto base = test_pipeline::make_plan(workload, model, test::small_cluster(8, 4), quick_options(32));
+  for (const int ahead : {1, 3, 8})
+    for (const char* schedule : {"1f1b", "zb-h1"}) {
+      plan chosen = test::with_configuration(base, {1, 2, 1}, {1, 2, 2}, 8);
+      chosen.chosen.config.encoder_run_ahead = ahead;
+      chosen.schedule = schedule;
+      check_against_reference(chosen, plan_method::dflop, 1, workload);
+      // What the runner ran: the first encoder stage holds `ahead` more microbatches than the schedule's 4.
+      const auto layout = make_plan_layout(chosen, plan_method::dflop, named_schedule(schedule));
+      CHECK(peak_activations(layout.schedule).front() == std::min(8U, 4U + static_cast<std::uint32_t>(ahead)));
+    }
+}
+
 TEST_CASE("plan_runner: the 16-GPU onevision plan of siglip-400m+qwen2.5-7b runs", "[exec][runner]") {
   const auto workload = generate_mixture("onevision", 2000, 3);
   const auto chosen = plan_on_h100s("siglip-400m+qwen2.5-7b", 16, 128, workload);

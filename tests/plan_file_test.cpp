@@ -123,8 +123,11 @@ TEST_CASE("a custom model, GPU and per-batch options round-trip exactly", "[plan
   p.batch.order_budget = 3;
   p.batch.weight_gradient_share = 0.375;
   p.batch.gradient_bucket_bytes = 25.5 * (1 << 20);
+  p.chosen.config.encoder_run_ahead = 3;
   const auto document = dflop::to_json(p);
   CHECK(document["batch"]["gradient_bucket_bytes"] == 25.5 * (1 << 20));
+  CHECK(document["config"]["encoder_run_ahead"] == 3);
+  CHECK(!document["baselines"]["data_blind"]["config"].contains("encoder_run_ahead"));  // written only where it runs ahead
   const dflop::plan read = dflop::plan_from_json(document, "plan.json");
   CHECK(dflop::to_json(read) == document);
   check_same_plan(read, p);
@@ -157,6 +160,8 @@ TEST_CASE("plan files reject missing, mistyped and unknown fields and other vers
                  "unknown slot assignment 'random'");
   check_rejected(error_after([](auto& d) { d["batch"]["gradient_bucket_bytes"] = -1; }), "batch.gradient_bucket_bytes",
                  ">= 0");
+  check_rejected(error_after([](auto& d) { d["config"]["encoder_run_ahead"] = -1; }), "config.encoder_run_ahead",
+                 "expected an integer >= 0");
   check_rejected(error_after([](auto& d) { d["plan_version"] = 2; }), "plan_version",
                  "this dflop reads plan files of version 1, got 2");
   check_rejected(error_after([](auto& d) { d.erase("plan_version"); }), "plan_version", "not a plan file");

@@ -11,5 +11,6 @@
 #include <dflop/schedule/interleaved_1f1b.hpp>
 #include <dflop/schedule/one_f_one_b.hpp>
 #include <dflop/schedule/op.hpp>
+#include <dflop/schedule/run_ahead.hpp>
 #include <dflop/schedule/validate.hpp>
 #include <dflop/schedule/zero_bubble_h1.hpp>

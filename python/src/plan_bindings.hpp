@@ -40,7 +40,7 @@ namespace detail {
 inline plan make_plan(std::span<const sample> workload, const multimodal_spec& model, const cluster_spec& cluster,
                       int global_batch, int batches, std::uint64_t seed, const std::string& schedule,
                       unsigned threads, bool exclude_unfittable, double gradient_bucket_mb,
-                      bool whole_stage_recompute, bool planned_recompute) {
+                      bool whole_stage_recompute, bool planned_recompute, bool encoder_run_ahead) {
   if (!(gradient_bucket_mb >= 0) || !std::isfinite(gradient_bucket_mb))
     throw input_error("gradient_bucket_mb", 0,
                       "must be a finite number of MiB >= 0 (0: one all-reduce per stage after its last op), got " +
@@ -50,6 +50,7 @@ inline plan make_plan(std::span<const sample> workload, const multimodal_spec& m
   settings.batch.gradient_bucket_bytes = gradient_bucket_mb * 1024.0 * 1024.0;
   settings.partial_recompute = !whole_stage_recompute;
   settings.batch.recompute_per_batch = !planned_recompute;
+  settings.encoder_run_ahead = encoder_run_ahead;
   settings.global_batch = global_batch;
   settings.batches = batches;
   settings.seed = seed;
@@ -99,6 +100,9 @@ inline void add_plan_bindings(py::module_& module) {
       .def_property_readonly(
           "microbatches", [](const method_result& r) { return r.config.microbatches; },
           "Microbatches per LLM replica (= encoder slots) per iteration.")
+      .def_property_readonly(
+          "encoder_run_ahead", [](const method_result& r) { return r.config.encoder_run_ahead; },
+          "Forwards each encoder stage runs beyond the schedule's warm-up (0: none).")
       .def_property_readonly("llm_replicas", [](const method_result& r) { return r.config.llm.dp; },
                              "LLM data-parallel replicas.")
       .def_property_readonly("encoder_replicas", [](const method_result& r) { return r.config.encoder.dp; },
@@ -256,18 +260,20 @@ inline void add_plan_bindings(py::module_& module) {
       "plan",
       [](py::handle workload, py::handle model, const cluster_spec& cluster, int global_batch, int batches,
          std::uint64_t seed, const std::string& schedule, unsigned threads, bool exclude_unfittable,
-         double gradient_bucket_mb, bool whole_stage_recompute, bool planned_recompute) {
+         double gradient_bucket_mb, bool whole_stage_recompute, bool planned_recompute, bool encoder_run_ahead) {
         sample_list storage;
         const sample_list& samples = as_samples(workload, storage, "workload");
         const multimodal_spec spec = detail::model_of(model);
         py::gil_scoped_release unlocked;
         return detail::make_plan(samples, spec, cluster, global_batch, batches, seed, schedule, threads,
-                                 exclude_unfittable, gradient_bucket_mb, whole_stage_recompute, planned_recompute);
+                                 exclude_unfittable, gradient_bucket_mb, whole_stage_recompute, planned_recompute,
+                                 encoder_run_ahead);
       },
       py::arg("workload"), py::arg("model"), py::arg("cluster"), py::kw_only(), py::arg("global_batch") = 512,
       py::arg("batches") = 4, py::arg("seed") = 0, py::arg("schedule") = "auto", py::arg("threads") = 0,
       py::arg("exclude_unfittable") = false, py::arg("gradient_bucket_mb") = batch_options{}.gradient_bucket_bytes / (1024.0 * 1024.0),
       py::arg("whole_stage_recompute") = false, py::arg("planned_recompute") = false,
+      py::arg("encoder_run_ahead") = true,
       "Chooses the 3D parallel configuration for a workload, model and cluster, as `dflop plan` does with the "
       "same --global-batch, --batches, --seed, --schedule, --gradient-bucket-mb (gradient_bucket_mb > 0: "
       "each stage's gradient all-reduce predicted in buckets of that many MiB, overlapped with its last "
@@ -275,7 +281,9 @@ inline void add_plan_bindings(py::module_& module) {
       "last op) and --whole-stage-recompute (True: a stage that recomputes activations recomputes all its "
       "layers; False: the fewest with which the plan fits, config's recompute_layers) and --planned-recompute "
       "(True: every batch recomputes the plan's count; False: each batch only as many layers as its real "
-      "in-flight microbatches need, at most the plan's count) (the plan does not "
+      "in-flight microbatches need, at most the plan's count) and --no-encoder-run-ahead (encoder_run_ahead=False: "
+      "the encoder keeps the schedule's own warm-up; True: the chosen plan's encoder runs further ahead where that "
+      "is faster and fits) (the plan does not "
       "depend on `threads`; 0: all cores). workload: Samples, a trace path or a list of dicts; model: a preset 'ENCODER+LLM', a model JSON "
       "file or a Model. Raises InputError for bad input (also for samples no configuration holds in memory even "
       "alone, naming them; exclude_unfittable=True plans without them and lists them in Plan.excluded_samples, "

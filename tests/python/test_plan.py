@@ -172,6 +172,15 @@ def test_planned_recompute_is_the_cli_flag(cli_json, small_trace):
     assert "recompute_per_batch" not in default.to_dict()["batch"]
 
 
+def test_encoder_run_ahead_is_the_cli_flag(cli_json, small_trace):
+    plan = planned_as_the_cli(cli_json, small_trace, ["--no-encoder-run-ahead"], encoder_run_ahead=False)
+    assert plan.method("dflop").encoder_run_ahead == 0
+    assert "encoder_run_ahead" not in plan.to_dict()["config"]
+    searched = planned_as_the_cli(cli_json, small_trace, [])
+    assert searched.method("dflop").encoder_run_ahead == searched.to_dict()["config"].get("encoder_run_ahead", 0)
+    assert searched.method("dflop").iteration_seconds <= plan.method("dflop").iteration_seconds
+
+
 def test_batch_schedule_says_what_each_stage_recomputes(small_trace):
     _, samples = small_trace
     plan = dflop.plan(samples, "siglip-400m+qwen2.5-7b", dflop.Cluster(16), global_batch=64, batches=2)

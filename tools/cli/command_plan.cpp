@@ -41,6 +41,7 @@ struct plan_command_options {
   double gradient_bucket_mib = dflop::batch_options{}.gradient_bucket_bytes / (1024.0 * 1024.0);  // 0: one reduction per stage after its last op
   bool whole_stage_recompute = false;  // recompute all of a stage's layers or none
   bool planned_recompute = false;      // every batch recomputes the plan's count (no per-batch counts)
+  bool no_encoder_run_ahead = false;   // the encoder keeps the schedule's own warm-up
   int batches = 4;
   std::uint64_t seed = 0;
   bool json = false;
@@ -65,6 +66,7 @@ void run_plan(const plan_command_options& options) {
   settings.batch.gradient_bucket_bytes = options.gradient_bucket_mib * 1024.0 * 1024.0;
   settings.partial_recompute = !options.whole_stage_recompute;
   settings.batch.recompute_per_batch = !options.planned_recompute;
+  settings.encoder_run_ahead = !options.no_encoder_run_ahead;
   if (!options.json) {
     settings.progress = &std::cerr;
     settings.progress_interactive = dflop::stderr_is_terminal();
@@ -194,6 +196,9 @@ void add_plan_flags(CLI::App& command, plan_command_options& options) {
   command.add_flag("--planned-recompute", options.planned_recompute,
                    "every batch recomputes the plan's count of layers (default: each batch only as many as its "
                    "real in-flight microbatches need, at most the plan's count)");
+  command.add_flag("--no-encoder-run-ahead", options.no_encoder_run_ahead,
+                   "keep the schedule's own warm-up on the encoder's stages (default: the chosen plan's encoder runs "
+                   "2, 8, 32, ... forwards further ahead where that is faster and fits in memory)");
   command.add_option("--batches", options.batches, "sampled global batches each candidate is scored on")
       ->capture_default_str();
   command.add_option("--seed", options.seed, "sampling and packing seed")->capture_default_str();

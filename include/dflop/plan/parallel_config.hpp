@@ -63,6 +63,12 @@ struct parallel_config {
   module_parallelism encoder;  //!< the modality encoder (+ projector)
   module_parallelism llm;      //!< the decoder LLM
   int microbatches = 1;        //!< m: microbatches per LLM replica (= encoder slots) per iteration
+  //! Forwards each encoder position runs ahead of the schedule's own warm-up
+  //! (`with_run_ahead`, schedule/run_ahead.hpp): under 1F1B and ZB-H1 an encoder
+  //! position's next forward waits for a backward to come back from the LLM,
+  //! so an LLM replica can wait for its next part; running ahead holds that many
+  //! more encoder microbatches in flight. 0: the schedule as it is.
+  int encoder_run_ahead = 0;
 
   //! GPUs in all.
   [[nodiscard]] constexpr int gpus() const noexcept { return encoder.gpus() + llm.gpus(); }
@@ -96,7 +102,9 @@ struct parallel_config {
 }
 
 inline std::ostream& operator<<(std::ostream& out, const parallel_config& config) {
-  return out << "encoder(" << config.encoder << ") llm(" << config.llm << ") m" << config.microbatches;
+  out << "encoder(" << config.encoder << ") llm(" << config.llm << ") m" << config.microbatches;
+  if (config.encoder_run_ahead > 0) out << " encoder ahead " << config.encoder_run_ahead;
+  return out;
 }
 
 //! Every (tp, pp, dp) with tp * pp * dp = `gpus`, where tp divides

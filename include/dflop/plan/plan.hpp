@@ -218,6 +218,9 @@ inline std::ostream& operator<<(std::ostream& out, const plan& result) {
   out << "encoder: " << result.chosen.encoder << "\n";
   out << "llm:     " << result.chosen.llm << "\n";
   out << "microbatches per replica: " << result.chosen.config.microbatches << "\n";
+  if (result.chosen.config.encoder_run_ahead > 0)
+    out << "encoder run-ahead: " << result.chosen.config.encoder_run_ahead
+        << " forwards beyond the schedule's warm-up on each encoder stage\n";
   if (result.batch.gradient_bucket_bytes > 0)
     out << "gradient reduction: overlapped with each stage's last backward, buckets of "
         << detail::format_fixed(result.batch.gradient_bucket_bytes / (1024.0 * 1024.0), 1) << " MiB\n";

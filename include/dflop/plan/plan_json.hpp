@@ -47,12 +47,16 @@ inline constexpr int plan_file_version = 1;
   return out;
 }
 
-//! A method's configuration: {"encoder", "llm", "microbatches", "schedule"}.
+//! A method's configuration: {"encoder", "llm", "microbatches", "schedule"},
+//! and "encoder_run_ahead" where the encoder runs ahead (written only then, so
+//! plans without it read as before).
 [[nodiscard]] inline nlohmann::ordered_json config_json(const method_result& result, const std::string& schedule) {
-  return {{"encoder", to_json(result.encoder)},
-          {"llm", to_json(result.llm)},
-          {"microbatches", result.config.microbatches},
-          {"schedule", schedule}};
+  nlohmann::ordered_json out{{"encoder", to_json(result.encoder)},
+                             {"llm", to_json(result.llm)},
+                             {"microbatches", result.config.microbatches},
+                             {"schedule", schedule}};
+  if (result.config.encoder_run_ahead > 0) out["encoder_run_ahead"] = result.config.encoder_run_ahead;
+  return out;
 }
 
 //! Per-batch options: {"assignment", "order", "order_budget", "seed",

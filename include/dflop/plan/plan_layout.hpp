@@ -13,6 +13,7 @@
 #include <dflop/plan/rank_layout.hpp>
 #include <dflop/schedule/concept.hpp>
 #include <dflop/schedule/op.hpp>
+#include <dflop/schedule/run_ahead.hpp>
 
 #include <string>
 #include <string_view>
@@ -34,11 +35,17 @@ struct plan_layout {
 };
 
 //! Builds the layout for `config` with the given layer splits and the op lists
-//! of `policy` over the combined pipeline. Multimodal pipelines take one-chunk
-//! schedules; a policy producing more chunks is rejected.
+//! of `policy` over the combined pipeline, its encoder positions running
+//! `config.encoder_run_ahead` forwards further ahead. Multimodal pipelines take
+//! one-chunk schedules; a policy producing more chunks is rejected, and so is
+//! a negative run-ahead or one without an encoder.
 template <schedule Policy>
 [[nodiscard]] plan_layout make_plan_layout(const parallel_config& config, module_plan encoder, module_plan llm,
                                            const Policy& policy) {
+  if (config.encoder_run_ahead < 0 || (config.encoder_run_ahead > 0 && !config.has_encoder()))
+    throw input_error("parallel_config::encoder_run_ahead", 0,
+                      "must be 0, or positive with an encoder; got " + std::to_string(config.encoder_run_ahead) +
+                          (config.has_encoder() ? "" : " without an encoder"));
   plan_layout layout{config, std::move(encoder), std::move(llm), {}};
   layout.schedule = policy.make(
       schedule_shape{static_cast<std::uint32_t>(config.stages()), static_cast<std::uint32_t>(config.microbatches)});
@@ -47,6 +54,9 @@ template <schedule Policy>
     text.append(policy.name()).append("' interleaves model chunks; multimodal plans take one-chunk schedules");
     throw input_error("schedule", 0, text);
   }
+  if (config.encoder_run_ahead > 0)
+    layout.schedule = with_run_ahead(std::move(layout.schedule), static_cast<std::uint32_t>(config.encoder.pp),
+                                     static_cast<std::uint32_t>(config.encoder_run_ahead));
   return layout;
 }
 

@@ -612,8 +612,66 @@ private:
     }
     // schedule_batch, the plan's figures and its schedule follow the one chosen.
     if (schedules > 1) use_candidate_schedule(chosen_schedule);
+    if (best && settings.encoder_run_ahead) search_encoder_run_ahead(*best);
     statistics.finalist_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - finals_started).count();
     return best;
+  }
+
+  // Lets the winner's encoder positions run 2, 8, 32, ... (at most m) forwards
+  // further ahead (parallel_config::encoder_run_ahead), each count scored as
+  // the finalists were, its tails and memory checked with the deeper in-flight
+  // peaks; the fastest is kept.
+  // - The gain is not monotone (more encoder microbatches in flight can make a
+  //   batch recompute more of its layers: the 72B on 64 GPUs is slower with 2,
+  //   faster with 8), so a slower count does not end the search. One given up
+  //   (over 2% slower on the first half of the batches) does, and so does one
+  //   whose tails do not fit: more in flight holds more memory still.
+  // - The tails are checked only for a count that scored faster: packing them
+  //   costs several scorings.
+  // - Not on a large batch (batch_scheduler::large_order_search): on the 32B,
+  //   70B and 72B at 1024 GPUs it cost 2.5-3.4 s of planning and bought at
+  //   most 0.04%; the gains were on deep encoder pipelines at 16-64 GPUs
+  //   (docs/benchmarks.md).
+  void search_encoder_run_ahead(method_result& best) {
+    using scheduler = batch_scheduler<Cost, Memory, Packer>;
+    if (!best.config.has_encoder() || scheduler::order_search_size(best.config) > scheduler::large_order_search) return;
+    const planner_options& settings = scorer_.options();
+    // The mean over the sampled batches (`config` may come back recomputing
+    // more), or nullopt where it was given up or a batch cannot be packed.
+    const auto score = [&](parallel_config& config, detail::tail_samples& tails) -> std::optional<double> {
+      const detail::tail_samples typical = scorer_.scoring().typical_microbatches(config);
+      const std::array<detail::microbatch_views, 2> quick{typical, scorer_.heaviest_samples()};
+      const double give_up_above = settings.give_up_on_slow ? best.iteration_seconds * (1 + give_up_margin)
+                                                            : std::numeric_limits<double>::infinity();
+      try {
+        const auto scored = simulate_raising_recomputation(config, settings.batch, quick, tails, nullptr, give_up_above);
+        if (scored.complete) return scored.seconds;
+      } catch (const memory_cap_error&) {
+      }
+      return std::nullopt;
+    };
+    const int m = best.config.microbatches;
+    for (int ahead = 2; ahead <= m; ahead = ahead == m ? m + 1 : std::min(m, ahead * 4)) {
+      parallel_config config = best.config;
+      config.encoder_run_ahead = ahead;
+      detail::tail_samples tails;
+      auto seconds = score(config, tails);
+      if (!seconds) return;
+      if (!(*seconds < best.iteration_seconds)) continue;
+      const parallel_config scored = config;
+      if (!fits_tail_batches(config)) return;
+      if (config != scored) {  // the tails asked for more recomputation: score that
+        seconds = score(config, tails);
+        if (!seconds) return;
+        if (!(*seconds < best.iteration_seconds)) continue;
+      }
+      if (scorer_.checks().memory_shortfall(config, scorer_.partitioner(), tails) > 0) return;
+      const plan_layout layout = scorer_.layouts().layout_of(config, scorer_.partitioner());
+      best = method_result{plan_method::dflop, config, layout.encoder, layout.llm, best.estimated_seconds, *seconds,
+                           true, 0, 0};
+      best.peak_memory_gib = detail::peak_gib(scorer_.checks().stage_memories(config, scorer_.partitioner(), tails));
+      tail_cache_ = std::move(tails);
+    }
   }
 
   scorer_type scorer_;

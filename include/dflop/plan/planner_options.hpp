@@ -48,6 +48,13 @@ struct planner_options {
   //! so it ranks best; it assumes stages with a separate weight-gradient pass
   //! (`weight(ctx)`): without one, force "1f1b".
   std::vector<std::string> schedule_candidates{"zb-h1", "1f1b"};
+  //! Let the chosen plan's encoder run ahead of the schedule's warm-up where
+  //! that is faster and fits (`parallel_config::encoder_run_ahead`: 2, 8, 32,
+  //! ... forwards, up to m, scored on the winner after the final scoring; the
+  //! fastest that fits is kept). Not searched on large batches
+  //! (`batch_scheduler::large_order_search`), where it bought nothing
+  //! measurable. false: every plan runs its schedule's own warm-up.
+  bool encoder_run_ahead = true;
   //! Where a module must recompute activations, recompute only the fewest of
   //! each stage's layers with which the plan fits (`module_parallelism::
   //! recompute_layers`; the stage functors must recompute that many, the first

@@ -110,7 +110,9 @@ public:
   //! The schedule's op lists and in-flight peaks for `config`'s pipeline shape.
   // Built once per shape: memory checks of thousands of candidates need only the peaks.
   [[nodiscard]] const schedule_entry& schedule_of(const parallel_config& config) {
-    const auto key = std::make_pair(config.stages(), config.microbatches);
+    // The run-ahead moves the encoder's positions' forwards: with one, the split matters.
+    const auto key = std::make_tuple(config.stages(), config.microbatches,
+                                     config.encoder_run_ahead > 0 ? config.encoder.pp : 0, config.encoder_run_ahead);
     if (auto found = schedules_.find(key); found != schedules_.end()) return found->second;
     plan_layout layout = make_plan_layout(config, {}, {}, *schedule_);  // rejects interleaving schedules
     auto peaks = peak_activations(layout.schedule);
@@ -134,8 +136,8 @@ private:
   std::map<std::pair<module_kind, int>, module_cost> batch_costs_;
   // By (partitioner name, module, tp, pp).
   std::map<std::tuple<std::string, module_kind, int, int>, layer_partition> partitions_;
-  // By (stages, microbatches).
-  std::map<std::pair<int, int>, schedule_entry> schedules_;
+  // By (stages, microbatches, encoder stages where it runs ahead, run-ahead).
+  std::map<std::tuple<int, int, int, int>, schedule_entry> schedules_;
 };
 
 }  // namespace dflop::detail

@@ -215,17 +215,25 @@ struct plan_config {
   std::string schedule;    //!< a one-chunk schedule's name
 };
 
-//! `{"encoder", "llm", "microbatches", "schedule"}` at `parent.key`, checked:
-//! both modules (see above), the two modules' GPUs add up to the cluster's, every
-//! microbatch can get a sample, and the schedule is a known one-chunk one.
+//! `{"encoder", "llm", "microbatches", "schedule"}` (and optionally
+//! "encoder_run_ahead", 0 when absent) at `parent.key`, checked: both modules
+//! (see above), the two modules' GPUs add up to the cluster's, every microbatch
+//! can get a sample, the schedule is a known one-chunk one, and a run-ahead is
+//! not negative and has an encoder to run.
 [[nodiscard]] inline plan_config plan_config_from_json(const json_fields& parent, std::string_view key,
                                                        const plan_context& context) {
   const json_fields fields(parent.at(key), parent.source(), parent.path(key));
-  fields.only({"encoder", "llm", "microbatches", "schedule"});
+  fields.only({"encoder", "llm", "microbatches", "schedule", "encoder_run_ahead"});
   plan_config result;
   result.encoder = plan_module_from_json(fields, module_kind::encoder, context);
   result.llm = plan_module_from_json(fields, module_kind::llm, context);
   result.config = {result.encoder.degrees, result.llm.degrees, plan_int(fields, "microbatches", 1)};
+  if (fields.has("encoder_run_ahead")) {
+    result.config.encoder_run_ahead = plan_int(fields, "encoder_run_ahead", 0);
+    if (!result.config.has_encoder() && result.config.encoder_run_ahead > 0)
+      fields.fail(fields.path("encoder_run_ahead"), std::to_string(result.config.encoder_run_ahead) +
+                                                        " forwards ahead, but the plan has no encoder (encoder pp 0)");
+  }
   result.schedule = fields.text("schedule");
   if (!is_one_chunk_schedule(result.schedule))
     fields.fail(fields.path("schedule"),
