@@ -600,10 +600,7 @@ private:
         if (scorer_.checks().memory_shortfall(config, scorer_.partitioner(), tails) > 0) continue;  // another slot order, another tail: still must fit
         if (schedule_best == 0 || seconds < schedule_best) schedule_best = seconds;
         if (!best || seconds < best->iteration_seconds) {
-          const plan_layout layout = scorer_.layouts().layout_of(config, scorer_.partitioner());
-          best = method_result{plan_method::dflop, config, layout.encoder, layout.llm, finalist.estimate, seconds, true, 0, 0};
-          best->peak_memory_gib = detail::peak_gib(scorer_.checks().stage_memories(config, scorer_.partitioner(), tails));
-          tail_cache_ = std::move(tails);
+          best = finalist_result(config, finalist.estimate, seconds, std::move(tails));
           chosen_schedule = s;
         }
       }
@@ -666,12 +663,20 @@ private:
         if (!(*seconds < best.iteration_seconds)) continue;
       }
       if (scorer_.checks().memory_shortfall(config, scorer_.partitioner(), tails) > 0) return;
-      const plan_layout layout = scorer_.layouts().layout_of(config, scorer_.partitioner());
-      best = method_result{plan_method::dflop, config, layout.encoder, layout.llm, best.estimated_seconds, *seconds,
-                           true, 0, 0};
-      best.peak_memory_gib = detail::peak_gib(scorer_.checks().stage_memories(config, scorer_.partitioner(), tails));
-      tail_cache_ = std::move(tails);
+      best = finalist_result(config, best.estimated_seconds, *seconds, std::move(tails));
     }
+  }
+
+  // dflop's result for a finalist `config` that scored `seconds` with
+  // `tails`: its layer splits, its peak stage memory with those tails, which
+  // become the chosen plan's (`tail_cache_`).
+  [[nodiscard]] method_result finalist_result(const parallel_config& config, double estimate, double seconds,
+                                              detail::tail_samples tails) {
+    const plan_layout layout = scorer_.layouts().layout_of(config, scorer_.partitioner());
+    method_result result{plan_method::dflop, config, layout.encoder, layout.llm, estimate, seconds, true, 0, 0};
+    result.peak_memory_gib = detail::peak_gib(scorer_.checks().stage_memories(config, scorer_.partitioner(), tails));
+    tail_cache_ = std::move(tails);
+    return result;
   }
 
   scorer_type scorer_;

@@ -5,9 +5,10 @@
 //! encoder's positions come first and their forwards feed every LLM replica;
 //! under 1F1B or ZB-H1 an encoder position may run only its next forward once a
 //! backward has come back from the LLM, so an LLM replica waiting for its next
-//! part waits for that round trip. The encoder's in-flight activations are
-//! small (often recomputed), so letting it keep more of them in flight costs
-//! little memory and removes that wait.
+//! part waits for that round trip. Running ahead removes that wait at the cost
+//! of more encoder activations in flight, memory a batch may otherwise spend
+//! on recomputing fewer layers: the planner weighs the two by scoring
+//! (`planner_options::encoder_run_ahead`).
 #pragma once
 
 #include <dflop/error.hpp>
@@ -16,7 +17,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace dflop {
